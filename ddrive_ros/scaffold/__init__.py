@@ -1,0 +1,1 @@
+"""Output schema, tokenizer, layout (positions and blocks) and codec (plan <-> tokens)."""
