@@ -1,0 +1,120 @@
+"""Checkpoint folders: model.safetensors + config.yaml + tokenizer.json + schema.yaml (+ words.txt).
+
+Loading never unpickles: weights come through safetensors, everything else is
+YAML/JSON text. A missing or mismatched file is an error that names the file.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+from ddrive_ros import share_dir
+from ddrive_ros.model.config import ModelConfig
+from ddrive_ros.model.vla import DrivingVLA
+from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.scaffold.schema import Schema
+from ddrive_ros.scaffold.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+WEIGHTS, CONFIG, TOKENIZER, SCHEMA, WORDS = "model.safetensors", "config.yaml", "tokenizer.json", "schema.yaml", "words.txt"
+DEFAULT_CHECKPOINT = "fast_ddrive_tiny"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing a file or its files do not fit together."""
+
+
+@dataclass
+class Bundle:
+    model: DrivingVLA
+    tokenizer: Tokenizer
+    schema: Schema
+    config: ModelConfig
+    meta: dict[str, Any]
+    path: Path | None = None
+
+
+def build_random(config: str | Path, schema: str | Path, block_size: int | None = None, seed: int = 0) -> Bundle:
+    """A model with random weights for a named config and schema (tests, benchmarks)."""
+    sch = Schema.load(schema)
+    tok = Tokenizer.build(sch)
+    bs = block_size or sch.default_block_size
+    cfg = ModelConfig.load(config).with_output(len(tok), Layout(sch, tok, bs).length, bs)
+    torch.manual_seed(seed)
+    return Bundle(DrivingVLA(cfg), tok, sch, cfg, {"random_weights": True, "seed": seed})
+
+
+def resolve(path: str | Path | None) -> Path:
+    """A checkpoint folder: as given, or a name under the package's models/."""
+    if path is None or str(path) == "":
+        path = DEFAULT_CHECKPOINT
+    p = Path(path)
+    if p.is_dir():
+        return p
+    shipped = share_dir() / "models" / str(path)
+    if shipped.is_dir():
+        return shipped
+    raise CheckpointError(f"checkpoint folder {p} not found (nor {shipped})")
+
+
+def save(bundle: Bundle, out: str | Path, meta: dict[str, Any] | None = None) -> Path:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in bundle.model.state_dict().items()}
+    save_file(state, str(out / WEIGHTS))
+    doc = {"model": bundle.config.to_dict(), "schema": bundle.schema.name, "meta": {**bundle.meta, **(meta or {})}}
+    (out / CONFIG).write_text(yaml.safe_dump(doc, sort_keys=False))
+    bundle.tokenizer.save(out / TOKENIZER)
+    src = share_dir() / "config" / "schema"
+    if (src / f"{bundle.schema.name}.yaml").is_file():
+        shutil.copyfile(src / f"{bundle.schema.name}.yaml", out / SCHEMA)
+        if bundle.schema.words:
+            shutil.copyfile(src / WORDS, out / WORDS)
+    return out
+
+
+def load(path: str | Path | None, device: str = "cpu") -> Bundle:
+    folder = resolve(path)
+    for name in (WEIGHTS, CONFIG, TOKENIZER, SCHEMA):
+        if not (folder / name).is_file():
+            raise CheckpointError(f"checkpoint {folder} lacks {name}")
+    try:
+        doc = yaml.safe_load((folder / CONFIG).read_text())
+        cfg = ModelConfig.from_dict(doc["model"])
+    except (yaml.YAMLError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{folder / CONFIG} is not a valid model config: {e}") from e
+    schema = Schema.load(folder / SCHEMA)
+    tok = Tokenizer.load(folder / TOKENIZER)
+    try:
+        tok.check_covers(schema)
+    except ValueError as e:
+        raise CheckpointError(f"{folder / TOKENIZER} does not fit {folder / SCHEMA}: {e}") from e
+    if cfg.vocab_size != len(tok):
+        raise CheckpointError(f"{folder / CONFIG} says vocab_size {cfg.vocab_size} but {folder / TOKENIZER} has {len(tok)} tokens")
+    length = Layout(schema, tok, cfg.block_size).length
+    if cfg.output_len != length:
+        raise CheckpointError(f"{folder / CONFIG} says output_len {cfg.output_len} but {folder / SCHEMA} gives {length}")
+    model = DrivingVLA(cfg)
+    try:
+        state = load_file(str(folder / WEIGHTS), device=device)
+    except Exception as e:  # noqa: BLE001 - safetensors raises several types for corrupt files
+        raise CheckpointError(f"{folder / WEIGHTS} could not be read as safetensors: {e}") from e
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if own[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        raise CheckpointError(
+            f"{folder / WEIGHTS} does not match {folder / CONFIG}: missing {missing[:3]}, unexpected {unexpected[:3]}, "
+            f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in wrong[:3]]}"
+        )
+    model.load_state_dict(state)
+    return Bundle(model.eval(), tok, schema, cfg, doc.get("meta", {}), folder)

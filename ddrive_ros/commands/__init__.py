@@ -1,0 +1,1 @@
+"""Small `ddrive` subcommands that belong to no other layer."""

@@ -1,0 +1,63 @@
+"""Turning logits into tokens: allowed-token constraints, greedy or tempered sampling,
+confidence, and the speculative accept/reject rule shared by every verifier."""
+from __future__ import annotations
+
+import torch
+
+NEG = -1e9
+
+
+def constrained_probs(logits: torch.Tensor, allowed: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Softmax over the tokens allowed at each position. logits (n, W, V), allowed (W, V) bool.
+    temperature 0 gives the T=1 distribution (used for confidence; choice is argmax)."""
+    t = temperature if temperature > 0 else 1.0
+    masked = logits.float().masked_fill(~allowed, NEG) / t
+    return torch.softmax(masked, dim=-1)
+
+
+def choose(probs: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick a token per position: argmax or a sample. Returns tokens (n, W) and their probability."""
+    if greedy:
+        conf, tok = probs.max(dim=-1)
+        return tok, conf
+    n, w, v = probs.shape
+    tok = torch.multinomial(probs.reshape(n * w, v), 1, generator=generator).view(n, w)
+    return tok, probs.gather(-1, tok[..., None])[..., 0]
+
+
+def first_true(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the first True along the last dim, or its length where there is none."""
+    w = mask.shape[-1]
+    idx = torch.arange(w, device=mask.device).expand_as(mask)
+    return torch.where(mask, idx, torch.full_like(idx, w)).min(dim=-1).values
+
+
+def verify(draft: torch.Tensor, draft_probs: torch.Tensor | None, ar_probs: torch.Tensor, span: torch.Tensor,
+           greedy: bool, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-to-right acceptance of drafted `span` positions against the AR distribution.
+
+    Greedy: keep drafts while they equal the AR argmax; at the first mismatch take the AR token.
+    Sampling: accept with min(1, q/p); on rejection resample from normalise(max(q - p, 0)),
+    which leaves the AR distribution q intact. Positions after the first rejection are dropped.
+    Returns (tokens (n, W), decided (n, W) bool, rejected_at (n,) index or W).
+    """
+    n, w = draft.shape
+    q_tok = ar_probs.gather(-1, draft[..., None])[..., 0]
+    if greedy:
+        ok = draft == ar_probs.argmax(-1)
+        replacement = ar_probs.argmax(-1)
+    else:
+        p_tok = draft_probs.gather(-1, draft[..., None])[..., 0]
+        u = torch.rand(draft.shape, generator=generator, device=draft.device)
+        ok = u < torch.clamp(q_tok / p_tok.clamp_min(1e-12), max=1.0)
+        residual = (ar_probs - draft_probs).clamp_min(0.0)
+        mass = residual.sum(-1, keepdim=True)
+        residual = torch.where(mass > 1e-12, residual / mass.clamp_min(1e-12), ar_probs)
+        replacement = torch.multinomial(residual.reshape(n * w, -1), 1, generator=generator).view(n, w)
+    bad = span & ~ok
+    rejected_at = first_true(bad)
+    idx = torch.arange(w, device=draft.device)[None]
+    accepted = span & (idx < rejected_at[:, None])
+    fixed = span & (idx == rejected_at[:, None])
+    tokens = torch.where(fixed, replacement, draft)
+    return tokens, accepted | fixed, rejected_at

@@ -1,0 +1,111 @@
+"""Decoder-only transformer backbone: RMSNorm, rotary positions, SwiGLU, grouped-query attention.
+
+Two ways in, one set of layers:
+- `forward_cached`: a fixed-length window at tensor positions, reading and writing
+  the static KV cache in place. Key j is visible to query i iff j <= limit[i]:
+  limit = position (token-causal: prefill, AR, verify, commit) or the block's
+  last position (bidirectional draft inside the block on top of the prefix).
+  The mask is derived from positions, so no mask tensor travels.
+- `forward_masked`: the whole sequence with an explicit boolean mask, no cache:
+  training and the uncached reference the tests compare against.
+Trajectory (action) positions use the Action Expert FFN instead of the shared
+FFN, and the action head. `action` is a Python bool for a window that lies in
+one section (blocks never cross sections) or a per-position bool tensor.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddrive_ros.model.config import BackboneConfig
+from ddrive_ros.model.kv_cache import KVCacheView
+from ddrive_ros.model.layers import RMSNorm, SwiGLU, apply_rope, rope_table
+
+Action = bool | torch.Tensor
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.q = nn.Linear(cfg.dim, cfg.heads * cfg.head_dim, bias=False)
+        self.kv = nn.Linear(cfg.dim, 2 * cfg.kv_heads * cfg.head_dim, bias=False)
+        self.o = nn.Linear(cfg.heads * cfg.head_dim, cfg.dim, bias=False)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        rep = self.heads // self.kv_heads
+        if rep > 1:
+            b, h, t, d = k.shape
+            k = k[:, :, None].expand(b, h, rep, t, d).reshape(b, h * rep, t, d)
+            v = v[:, :, None].expand(b, h, rep, t, d).reshape(b, h * rep, t, d)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        b, h, t, d = out.shape
+        return self.o(out.transpose(1, 2).reshape(b, t, h * d))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: BackboneConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim)
+        self.ffn = SwiGLU(cfg.dim, cfg.ffn_hidden)
+        self.action_ffn = SwiGLU(cfg.dim, cfg.action_ffn_hidden)
+
+    def feed_forward(self, x: torch.Tensor, action: Action) -> torch.Tensor:
+        h = self.ffn_norm(x)
+        if isinstance(action, bool):
+            return x + (self.action_ffn(h) if action else self.ffn(h))
+        return x + torch.where(action[..., None], self.action_ffn(h), self.ffn(h))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: BackboneConfig, vocab_size: int, max_len: int):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
+        self.norm = RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, vocab_size, bias=False)
+        self.action_head = nn.Linear(cfg.dim, vocab_size, bias=False)
+        cos, sin = rope_table(cfg.head_dim, max_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def logits(self, h: torch.Tensor, action: Action) -> torch.Tensor:
+        h = self.norm(h)
+        if isinstance(action, bool):
+            return (self.action_head if action else self.head)(h).float()
+        return torch.where(action[..., None], self.action_head(h), self.head(h)).float()
+
+    def forward_cached(self, x: torch.Tensor, positions: torch.Tensor, limit: torch.Tensor,
+                       cache: KVCacheView, action: Action) -> torch.Tensor:
+        """x (B, W, D) embeddings at `positions` (W,); writes their K/V into the cache; returns logits (B, W, V)."""
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        keys = torch.arange(cache.k.shape[3], device=x.device)
+        mask = keys[None, :] <= limit[:, None]  # (W, T): token-causal or block-bidirectional
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
+            cache.k[i].index_copy_(2, positions, k.to(cache.k.dtype))
+            cache.v[i].index_copy_(2, positions, v.to(cache.v.dtype))
+            x = x + layer.attn.attend(q, cache.k[i].to(q.dtype), cache.v[i].to(q.dtype), mask)
+            x = layer.feed_forward(x, action)
+        return self.logits(x, action)
+
+    def forward_masked(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                       action: Action) -> torch.Tensor:
+        """x (B, T, D); mask (B or 1, T, T) bool, True = may attend; returns logits (B, T, V)."""
+        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        mask = mask[:, None]
+        for layer in self.layers:
+            q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
+            x = x + layer.attn.attend(q, k, v, mask)
+            x = layer.feed_forward(x, action)
+        return self.logits(x, action)

@@ -1,0 +1,118 @@
+"""Observation -> Plan. The one entry point shared by the ROS node, replay, evaluation and benchmarks."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from ddrive_ros import checkpoint as ckpt
+from ddrive_ros.decoding.block_loop import DecodeOptions, decode
+from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
+from ddrive_ros.observation import Observation
+from ddrive_ros.plan import Plan
+from ddrive_ros.scaffold.codec import Codec
+from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
+
+log = logging.getLogger(__name__)
+
+OUT_TIMES = np.arange(1, 21) * 0.25  # 20 waypoints at 0.25 s over 5 s
+
+
+@dataclass
+class PlannerOptions:
+    backend: str = "torch"  # torch | cuda_graph | onnx | tensorrt
+    decoder: str = "speculative"  # ar | diffusion | speculative | s2d2
+    knobs: dict[str, Any] = field(default_factory=dict)  # decoder knobs, e.g. {"tau": 0.9, "steps": 4}
+    block_size: int | None = None  # default: the checkpoint's
+    rollouts: int = 1
+    rollout_temperature: float = 0.7
+    temperature: float = 0.0
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    backend_options: dict[str, Any] = field(default_factory=dict)
+
+
+class Planner:
+    def __init__(self, bundle: ckpt.Bundle, options: PlannerOptions | None = None):
+        self.options = opt = options or PlannerOptions()
+        self.bundle = bundle
+        self.schema, self.tokenizer, self.config = bundle.schema, bundle.tokenizer, bundle.config
+        block_size = 1 if uses_block_size_one(opt.decoder) else (opt.block_size or self.config.block_size)
+        self.layout = Layout(self.schema, self.tokenizer, block_size)
+        self.codec = Codec(self.layout)
+        self.strategy = make_strategy(opt.decoder, **opt.knobs)
+        from ddrive_ros.runtime.factory import make_backend
+
+        dtype = getattr(torch, opt.dtype)
+        self.backend = make_backend(opt.backend, bundle.model, window=self.layout.window, max_rows=max(1, opt.rollouts),
+                                    device=opt.device, dtype=dtype, **opt.backend_options)
+        self.bos = torch.tensor([self.tokenizer.bos_id])
+        self._plans = 0
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path | None = None, backend: str = "torch", decoder: str = "speculative",
+                        **kwargs: Any) -> "Planner":
+        """Load a checkpoint folder (or a shipped model name) and build its planner."""
+        bundle = ckpt.load(path)
+        return cls(bundle, PlannerOptions(backend=backend, decoder=decoder, **kwargs))
+
+    # ------------------------------------------------------------------ inputs
+    def _images(self, images: np.ndarray) -> torch.Tensor:
+        h, w = self.config.vision.image_size
+        frames = images.reshape(-1, *images.shape[2:])
+        if frames.shape[1:3] != (h, w):
+            frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+        return torch.from_numpy(np.ascontiguousarray(frames)).view(1, -1, h, w, 3)
+
+    def _ego(self, obs: Observation) -> torch.Tensor:
+        f = lambda v: torch.tensor([float(v)], dtype=torch.float32)  # noqa: E731
+        past = torch.as_tensor(np.asarray(obs.past_xy, dtype=np.float32))[None]
+        return self.bundle.model.ego_features(f(obs.speed), f(obs.accel), f(obs.yaw_rate), past)
+
+    # ------------------------------------------------------------------ plan
+    def plan(self, obs: Observation) -> Plan:
+        obs.validate()
+        t0 = time.perf_counter()
+        images = self._images(obs.images)
+        ego = self._ego(obs)
+        nav = torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
+        t1 = time.perf_counter()
+        prompt = self.backend.prompt(images, ego, self.bos, nav)
+        t2 = time.perf_counter()
+        opt = self.options
+        ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
+                            DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans))
+        t3 = time.perf_counter()
+        self._plans += 1
+        plan = self._postprocess(ids.cpu().numpy(), obs)
+        t4 = time.perf_counter()
+        stats.stage_ms.update(preprocess=(t1 - t0) * 1e3, encode=(t2 - t1) * 1e3, decode=(t3 - t2) * 1e3,
+                              postprocess=(t4 - t3) * 1e3)
+        plan.stats = stats
+        return plan
+
+    def _postprocess(self, ids: np.ndarray, obs: Observation) -> Plan:
+        plans = [self.codec.decode(row) for row in ids]
+        plan = plans[0]
+        plan.stamp = obs.stamp
+        v0 = np.array([obs.speed, 0.0])
+        a0 = np.array([obs.accel, obs.speed * obs.yaw_rate])
+        curves = np.stack([jmt_interpolate(p.waypoints, p.waypoint_times, v0, a0, OUT_TIMES) for p in plans])
+        xy = curves.mean(0)
+        yaw, speed = path_yaw_speed(xy, OUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
+        plan.trajectory = to_trajectory_array(OUT_TIMES, xy, yaw, speed)
+        if len(plans) > 1:
+            plan.waypoints = np.mean([p.waypoints for p in plans], axis=0)
+            plan.rollouts = [c for c in curves]
+            for p in plans[1:]:
+                for k, ok in p.validity.items():
+                    plan.validity[k] = plan.validity.get(k, True) and ok
+        return plan

@@ -1,0 +1,45 @@
+"""PyTorch eager backend: the reference every other backend is compared with."""
+from __future__ import annotations
+
+import torch
+
+from ddrive_ros.model.vla import DrivingVLA
+
+
+def images_to_input(images: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """uint8 (B, 6, H, W, 3) -> float (B, 6, 3, H, W) in [-1, 1]."""
+    return (images.permute(0, 1, 4, 2, 3).to(dtype) / 127.5) - 1.0
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, model: DrivingVLA, window: int, max_rows: int = 1, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32):
+        self.model = model.to(device=device, dtype=dtype).eval()
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.cache = model.new_cache(max_rows, window, device=self.device, dtype=dtype)
+        self.max_rows = max_rows
+        self.prompt_len = model.cfg.prompt_len
+        self.window = window
+        self.vocab_size = model.cfg.vocab_size
+
+    @torch.inference_mode()
+    def prompt(self, images, ego, bos, nav) -> torch.Tensor:
+        visual = self.model.encode_images(images_to_input(images.to(self.device), self.dtype))
+        return self.model.prompt_embeds(visual, ego.to(self.device, self.dtype), bos.to(self.device), nav.to(self.device))
+
+    @torch.inference_mode()
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        return self.model.prefill(prompt, self.cache.rows(prompt.shape[0])).float()
+
+    @torch.inference_mode()
+    def step(self, tokens, start, valid, bidirectional, action) -> torch.Tensor:
+        n = tokens.shape[0]
+        start_t = torch.tensor(start, device=self.device)
+        valid_t = torch.tensor(valid, device=self.device)
+        return self.model.step(tokens.to(self.device), start_t, valid_t, bidirectional, self.cache.rows(n), action).float()
+
+    def fork(self, n: int, prefix_len: int) -> None:
+        self.cache.fork(n, prefix_len)
