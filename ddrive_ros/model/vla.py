@@ -71,10 +71,13 @@ class DrivingVLA(nn.Module):
         return self.backbone.forward_cached(self.backbone.embed(tokens), positions, limit, cache, action)
 
     # ------------------------------------------------------------------ uncached reference / training
-    def forward_full(self, prompt: torch.Tensor, out_tokens: torch.Tensor, mask: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """prompt (B, P, D), out_tokens (B, Lo) -> logits (B, P + Lo, V) under an explicit mask (B|1, T, T)."""
+    def forward_full(self, prompt: torch.Tensor, out_tokens: torch.Tensor, mask: torch.Tensor, action: torch.Tensor,
+                     positions: torch.Tensor | None = None) -> torch.Tensor:
+        """prompt (B, P, D), out_tokens (B, Lo) -> logits (B, P + Lo, V) under an explicit mask (B|1, T, T).
+        `positions` (T,) defaults to 0..T-1; training passes repeated positions for the noisy stream."""
         x = torch.cat([prompt, self.backbone.embed(out_tokens)], 1)
-        positions = torch.arange(x.shape[1], device=x.device)
+        if positions is None:
+            positions = torch.arange(x.shape[1], device=x.device)
         return self.backbone.forward_masked(x, positions, mask, action)
 
     # ------------------------------------------------------------------ sizes

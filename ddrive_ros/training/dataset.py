@@ -1,0 +1,77 @@
+"""Samples (from the world or from bags) -> the tensors training consumes."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+
+from ddrive_ros.model.config import ModelConfig
+from ddrive_ros.model.vision import ego_features
+from ddrive_ros.plan import Plan
+from ddrive_ros.scaffold.codec import Codec
+
+log = logging.getLogger(__name__)
+
+
+def target_plan(sample, codec: Codec) -> Plan:
+    """The plan a schema should produce for a sample: waypoints from the sample's future at the
+    schema's times; the other sections from its labels where it has them."""
+    wf = codec.schema.waypoint_field()
+    times = wf.dt * np.arange(1, wf.count + 1)
+    fut_t = np.asarray(sample.future_times, dtype=float)
+    fut = np.asarray(sample.future_xy, dtype=float)
+    xy = np.stack([np.interp(times, fut_t, fut[:, 0]), np.interp(times, fut_t, fut[:, 1])], 1)
+    labels = getattr(sample, "labels", None)
+    plan = Plan(codec.schema.name, xy, times)
+    if labels is not None:
+        names = codec.schema.section_names
+        if "critical_objects" in names and labels.critical_objects:
+            plan.critical_objects = dict(labels.critical_objects)
+        if "explanation" in names:
+            plan.explanation = labels.explanation
+        if "future_meta_behavior" in names:
+            plan.meta = labels.meta
+    return plan
+
+
+@dataclass
+class TensorData:
+    images: torch.Tensor  # (N, 6, H, W, 3) uint8 at model size
+    ego: torch.Tensor  # (N, F)
+    nav: torch.Tensor  # (N,)
+    ids: torch.Tensor  # (N, L)
+    labelled: torch.Tensor  # (N, L) bool
+    clipped: int = 0
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.images[idx], self.ego[idx], self.nav[idx], self.ids[idx], self.labelled[idx]
+
+
+def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
+    h, w = cfg.vision.image_size
+    tok = codec.tok
+    images, ego, nav, ids, lab = [], [], [], [], []
+    clipped = 0
+    for s in samples:
+        o = s.observation
+        frames = o.images.reshape(-1, *o.images.shape[2:])
+        if frames.shape[1:3] != (h, w):
+            frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+        images.append(frames)
+        ego.append(ego_features(torch.tensor([o.speed]), torch.tensor([o.accel]), torch.tensor([o.yaw_rate]),
+                                torch.as_tensor(np.asarray(o.past_xy, dtype=np.float32))[None])[0])
+        nav.append(tok.id(f"<nav:{o.nav_command}>"))
+        enc = codec.encode(target_plan(s, codec))
+        clipped += int(enc.clipped)
+        ids.append(enc.ids)
+        lab.append(enc.labelled)
+    if clipped:
+        log.info("%d of %d samples had trajectory values outside the quantisation range (clipped)", clipped, len(ids))
+    return TensorData(torch.from_numpy(np.stack(images)), torch.stack(ego).float(), torch.tensor(nav),
+                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped)

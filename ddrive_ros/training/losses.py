@@ -1,0 +1,79 @@
+"""Dual-stream objective on one set of weights: L = 0.5 * L_AR + 0.5 * L_diffusion,
+section-weighted cross-entropy over labelled editable positions, logits restricted to the
+tokens allowed at each position (as decoding restricts them). Optional block distillation:
+symmetric Jensen-Shannon divergence to a smaller-block teacher on the same corrupted sequence."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ddrive_ros.model.vla import DrivingVLA
+from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.training.masks import dual_stream_mask
+from ddrive_ros.training.noise import corrupt, section_weights
+
+
+@dataclass
+class LossParts:
+    total: torch.Tensor
+    ar: float
+    diffusion: float
+    distill: float
+
+
+class DualStreamLoss:
+    def __init__(self, layout: Layout, prompt_len: int, device: torch.device | str = "cpu"):
+        self.layout = layout
+        self.p = prompt_len
+        self.length = layout.length
+        mask, positions = dual_stream_mask(prompt_len, layout)
+        self.mask = mask[None].to(device)
+        self.positions = positions.to(device)
+        act = torch.as_tensor(layout.action)
+        self.action = torch.cat([torch.zeros(prompt_len, dtype=torch.bool), act, act]).to(device)
+        self.allowed = torch.as_tensor(layout.allowed).to(device)  # (L, V)
+        self.weight = torch.as_tensor(section_weights(layout)).to(device)
+        block = torch.as_tensor(layout.block)
+        same_block_prev = torch.zeros(self.length, dtype=torch.bool)
+        same_block_prev[1:] = block[1:] == block[:-1]
+        self.diffusable = same_block_prev.to(device)  # position j predicted inside its own noisy block
+        self.mask_id = layout.tokenizer.mask_id
+
+    def _ce(self, logits: torch.Tensor, target: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+        logits = logits.float().masked_fill(~self.allowed[None], -1e4)
+        ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        w = self.weight[None] * select
+        return (ce * w).sum() / w.sum().clamp_min(1.0)
+
+    def __call__(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
+                 generator: torch.Generator, teacher: tuple[DrivingVLA, "DualStreamLoss"] | None = None,
+                 distill_weight: float = 0.0) -> LossParts:
+        noisy, masked = corrupt(ids, labelled, self.layout, self.mask_id, generator)
+        logits = model.forward_full(prompt, torch.cat([ids, noisy], 1), self.mask, self.action, self.positions)
+        p, n = self.p, self.length
+        editable = torch.as_tensor(self.layout.editable, device=ids.device)[None]
+        ar = self._ce(logits[:, p - 1:p + n - 1], ids, labelled & editable)
+        diff_logits = logits[:, p + n - 1:p + 2 * n - 1]
+        diff_sel = masked & self.diffusable[None]
+        diff = self._ce(diff_logits, ids, diff_sel)
+        total = 0.5 * ar + 0.5 * diff
+        js = torch.zeros(())
+        if teacher is not None and distill_weight > 0:
+            t_model, t_loss = teacher
+            with torch.no_grad():
+                t_logits = t_model.forward_full(prompt, torch.cat([ids, noisy], 1), t_loss.mask, t_loss.action, t_loss.positions)
+            sel = diff_sel & t_loss.diffusable[None]
+            js = symmetric_js(diff_logits, t_logits[:, p + n - 1:p + 2 * n - 1], self.allowed, sel)
+            total = total + distill_weight * js
+        return LossParts(total, float(ar), float(diff), float(js))
+
+
+def symmetric_js(student: torch.Tensor, teacher: torch.Tensor, allowed: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence between the two distributions at selected positions (mean)."""
+    ls = torch.log_softmax(student.float().masked_fill(~allowed[None], -1e4), -1)
+    lt = torch.log_softmax(teacher.float().masked_fill(~allowed[None], -1e4), -1)
+    m = torch.logsumexp(torch.stack([ls, lt]), 0) - torch.log(torch.tensor(2.0))
+    js = 0.5 * ((ls.exp() * (ls - m)).sum(-1) + (lt.exp() * (lt - m)).sum(-1))
+    return (js * select).sum() / select.sum().clamp_min(1)

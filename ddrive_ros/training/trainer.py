@@ -1,0 +1,206 @@
+"""Training loop: dual-stream loss, progressive block-size curriculum, AdamW with warm-up and
+cosine decay, gradient clipping, resumable safetensors checkpoints, a loss-curve PNG, and
+data-parallel training under torchrun (gloo on CPU, nccl on GPU)."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from ddrive_ros import checkpoint as ckpt
+from ddrive_ros.runtime.torch_backend import images_to_input
+from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.training.dataset import TensorData
+from ddrive_ros.training.losses import DualStreamLoss
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    model: str = "tiny"
+    schema: str = "fast_ddrive"
+    out: str = "models/fast_ddrive_tiny"
+    steps: int = 1000
+    batch_size: int = 8
+    lr: float = 1e-3
+    min_lr: float = 5e-5
+    warmup: int = 50
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    curriculum: list[list[float]] = field(default_factory=lambda: [[1, 0.1], [4, 0.1], [8, 0.1], [16, 0.2], [32, 0.5]])
+    distill_weight: float = 0.0  # > 0: JS distillation from the previous stage's (smaller-block) model
+    seed: int = 0
+    save_every: int = 200
+    data: dict[str, Any] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
+    threads: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown training config keys {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**d)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def stage_boundaries(cfg: TrainConfig) -> list[tuple[int, int]]:
+    """(first step, block size) of each curriculum stage."""
+    fractions = [f for _, f in cfg.curriculum]
+    total = sum(fractions)
+    out, start = [], 0
+    for bs, f in cfg.curriculum:
+        out.append((start, int(bs)))
+        start += round(cfg.steps * f / total)
+    return out
+
+
+def block_size_at(step: int, stages: list[tuple[int, int]]) -> int:
+    return [bs for s, bs in stages if s <= step][-1]
+
+
+def _state_path(out: Path) -> Path:
+    return out / "train_state"
+
+
+def save_state(out: Path, bundle: ckpt.Bundle, opt: torch.optim.Optimizer, step: int, history: list[dict]) -> None:
+    sd = _state_path(out)
+    sd.mkdir(parents=True, exist_ok=True)
+    ckpt.save(bundle, sd)
+    tensors = {}
+    for i, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"{i}.{k}"] = v.detach().cpu().contiguous()
+    save_file(tensors, str(sd / "optimizer.safetensors"))
+    (sd / "progress.json").write_text(json.dumps({"step": step, "history": history}))
+
+
+def load_state(out: Path, bundle: ckpt.Bundle, opt: torch.optim.Optimizer) -> tuple[int, list[dict]]:
+    sd = _state_path(out)
+    if not (sd / "progress.json").is_file():
+        return 0, []
+    saved = ckpt.load(sd)
+    bundle.model.load_state_dict(saved.model.state_dict())
+    tensors = load_file(str(sd / "optimizer.safetensors"))
+    state = opt.state_dict()
+    for key, v in tensors.items():
+        i, k = key.split(".", 1)
+        state["state"].setdefault(int(i), {})[k] = v
+    opt.load_state_dict(state)
+    progress = json.loads((sd / "progress.json").read_text())
+    log.info("resumed from %s at step %d", sd, progress["step"])
+    return int(progress["step"]), progress["history"]
+
+
+def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None, resume: bool = True,
+          progress: bool = True) -> tuple[ckpt.Bundle, list[dict]]:
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    rank, world = 0, 1
+    device = torch.device("cpu")
+    if distributed:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if backend == "nccl":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    bundle = bundle or ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed)
+    model = bundle.model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    out = Path(cfg.out)
+    start, history = (load_state(out, bundle, opt) if resume else (0, []))
+    if distributed:  # same start everywhere; gradients are averaged across ranks after each backward
+        for p in model.parameters():
+            dist.broadcast(p.data, 0)
+    stages = stage_boundaries(cfg)
+    losses: dict[int, DualStreamLoss] = {}
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
+    teacher = None
+    current_bs = None
+    bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
+               total=cfg.steps)
+    t0 = time.time()
+    for step in bar:
+        bs = block_size_at(step, stages)
+        if bs != current_bs:
+            if current_bs is not None and cfg.distill_weight > 0:
+                teacher = (copy.deepcopy(model).eval(), losses[current_bs])
+            current_bs = bs
+        if bs not in losses:
+            losses[bs] = DualStreamLoss(Layout(bundle.schema, bundle.tokenizer, bs), bundle.config.prompt_len, device)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen)
+        images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
+        bos = torch.full_like(nav, bundle.tokenizer.bos_id)
+        prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)
+        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight)
+        opt.zero_grad(set_to_none=True)
+        parts.total.backward()
+        if distributed:
+            for p in model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad /= world
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        history.append({"step": step, "block_size": bs, "loss": float(parts.total), "ar": parts.ar,
+                        "diffusion": parts.diffusion, "distill": parts.distill, "lr": lr_at(step, cfg)})
+        bar.set_postfix(bs=bs, loss=f"{float(parts.total):.3f}")
+        if rank == 0 and cfg.save_every and (step + 1) % cfg.save_every == 0:
+            save_state(out, bundle, opt, step + 1, history)
+    if rank == 0:
+        log.info("trained %d steps in %.0f s", cfg.steps - start, time.time() - t0)
+    if distributed:
+        dist.destroy_process_group()
+    model.eval()
+    return bundle, history
+
+
+def plot_losses(history: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not history:
+        return
+    steps = [h["step"] for h in history]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in ("loss", "ar", "diffusion"):
+        vals = torch.tensor([h[key] for h in history])
+        k = max(1, len(vals) // 50)
+        smooth = torch.nn.functional.avg_pool1d(vals[None, None], k, 1, 0)[0, 0] if len(vals) > k else vals
+        ax.plot(steps[: len(smooth)], smooth.tolist(), label=key)
+    for s, bs in {(h["step"], h["block_size"]) for h in history if h["step"] == 0 or h["block_size"] != history[max(0, h["step"] - 1 - steps[0])]["block_size"]}:
+        ax.axvline(s, color="grey", lw=0.5)
+        ax.text(s, ax.get_ylim()[1], f"B={bs}", fontsize=7, va="top")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.set_title("dual-stream training loss (block-size curriculum)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

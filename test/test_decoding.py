@@ -1,0 +1,222 @@
+"""Decoders over the shared block loop, held to the uncached reference and to AR greedy."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from ddrive_ros.checkpoint import build_random
+from ddrive_ros.decoding.block_loop import DecodeOptions, decode
+from ddrive_ros.decoding.reference import ReferenceBackend
+from ddrive_ros.decoding.strategies import S2D2, make_strategy
+from ddrive_ros.runtime.torch_backend import TorchBackend
+from ddrive_ros.scaffold.layout import Layout
+
+DECODERS = [("ar", {}), ("diffusion", {"tau": 0.9}), ("diffusion", {"steps": 3, "tau": 1.01}),
+            ("speculative", {}), ("s2d2", {"policy": "always"}), ("s2d2", {"policy": "score"}),
+            ("s2d2", {"policy": "hysteresis", "confidence": "entropy"})]
+
+
+class Recording:
+    """Wraps a backend and keeps every logit it returns (to compare cached and uncached)."""
+
+    def __init__(self, backend):
+        self.inner = backend
+        self.name, self.prompt_len, self.window, self.vocab_size = backend.name, backend.prompt_len, backend.window, backend.vocab_size
+        self.outputs: list[torch.Tensor] = []
+
+    def prompt(self, *a):
+        return self.inner.prompt(*a)
+
+    def prefill(self, p):
+        self.outputs.append(self.inner.prefill(p))
+        return self.outputs[-1]
+
+    def step(self, tokens, start, valid, bidirectional, action):
+        out = self.inner.step(tokens, start, valid, bidirectional, action)
+        self.outputs.append(out[:, :valid])  # positions past the block's end are padding, never read
+        return out
+
+    def fork(self, *a):
+        self.inner.fork(*a)
+
+
+def inputs(bundle, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h, w = bundle.config.vision.image_size
+    images = torch.randint(0, 256, (1, 6, h, w, 3), generator=g, dtype=torch.uint8)
+    ego = torch.randn(1, 11, generator=g)
+    tok = bundle.tokenizer
+    return images, ego, torch.tensor([tok.bos_id]), torch.tensor([tok.id("<nav:FOLLOW_LANE>")])
+
+
+def layout_for(bundle, decoder, block_size=None):
+    bs = 1 if decoder == "ar" else (block_size or bundle.schema.default_block_size)
+    return Layout(bundle.schema, bundle.tokenizer, bs)
+
+
+def run(bundle, backend_cls, decoder, knobs, options=None, block_size=None, rows=1):
+    layout = layout_for(bundle, decoder, block_size)
+    backend = Recording(backend_cls(bundle.model, layout.window, max_rows=rows))
+    prompt = backend.prompt(*inputs(bundle))
+    ids, stats = decode(backend, layout, prompt, make_strategy(decoder, **knobs), options)
+    return ids, stats, backend.outputs
+
+
+@pytest.mark.parametrize("decoder,knobs", DECODERS)
+def test_cached_decoding_equals_uncached_reference(tiny_traj, decoder, knobs):
+    ids, stats, logits = run(tiny_traj, TorchBackend, decoder, knobs)
+    ref_ids, ref_stats, ref_logits = run(tiny_traj, ReferenceBackend, decoder, knobs)
+    assert torch.equal(ids, ref_ids)
+    assert stats.forwards == ref_stats.forwards == len(logits)
+    assert max((a - b).abs().max().item() for a, b in zip(logits, ref_logits)) < 1e-4
+
+
+def test_cached_decoding_equals_reference_on_the_full_schema(tiny_fast, decoder="speculative"):
+    ids, _, logits = run(tiny_fast, TorchBackend, decoder, {})
+    ref_ids, _, ref_logits = run(tiny_fast, ReferenceBackend, decoder, {})
+    assert torch.equal(ids, ref_ids)
+    assert max((a - b).abs().max().item() for a, b in zip(logits, ref_logits)) < 1e-4
+
+
+def test_multi_rollout_cached_equals_reference(tiny_traj):
+    opt = DecodeOptions(rollouts=3, rollout_temperature=1.0, seed=5)
+    ids, _, logits = run(tiny_traj, TorchBackend, "speculative", {}, opt, rows=3)
+    ref_ids, _, ref_logits = run(tiny_traj, ReferenceBackend, "speculative", {}, opt, rows=3)
+    assert ids.shape[0] == 3 and torch.equal(ids, ref_ids)
+    assert max((a - b).abs().max().item() for a, b in zip(logits, ref_logits)) < 1e-4
+
+
+def test_section_diffusion_at_block_size_one_is_ar_greedy(tiny_fast):
+    ar, _, _ = run(tiny_fast, TorchBackend, "ar", {})
+    diff, _, _ = run(tiny_fast, TorchBackend, "diffusion", {}, block_size=1)
+    assert torch.equal(ar, diff)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
+def test_speculative_equals_ar_greedy_and_stays_within_two_forwards_per_token(fixture, request):
+    bundle = request.getfixturevalue(fixture)
+    ar, ar_stats, _ = run(bundle, TorchBackend, "ar", {})
+    spec, stats, _ = run(bundle, TorchBackend, "speculative", {})
+    assert torch.equal(ar, spec)
+    layout = layout_for(bundle, "speculative")
+    editable = layout.editable_count()
+    assert stats.forwards <= 1 + 2 * editable + len(layout.blocks)
+    assert stats.tokens_decided == ar_stats.tokens_decided == editable
+
+
+def test_speculative_needs_fewer_forwards_than_ar_once_drafts_agree():
+    """Fit a tiny model to one fixed plan for a few steps: drafts then match AR and
+    speculative decoding finishes blocks in about two forwards."""
+    from ddrive_ros.runtime.torch_backend import images_to_input
+    from ddrive_ros.scaffold.codec import Codec
+    from ddrive_ros.training.losses import DualStreamLoss
+    from ddrive_ros.plan import Plan
+
+    bundle = build_random("tiny", "trajectory_only", seed=3)
+    layout = layout_for(bundle, "speculative")
+    codec = Codec(layout)
+    wps = np.stack([np.linspace(4, 32, 8), np.linspace(0, 3, 8)], 1)
+    enc = codec.encode(Plan("trajectory_only", wps, np.arange(1, 9) * 0.5))
+    ids = torch.from_numpy(enc.ids)[None].repeat(4, 1)
+    labelled = torch.from_numpy(enc.labelled)[None].repeat(4, 1)
+    images, ego, bos, nav = inputs(bundle)
+    loss_fn = DualStreamLoss(layout, bundle.config.prompt_len)
+    opt = torch.optim.AdamW(bundle.model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    bundle.model.train()
+    for _ in range(60):
+        prompt = bundle.model.prompt_embeds(bundle.model.encode_images(images_to_input(images, torch.float32)).expand(4, -1, -1),
+                                            ego.expand(4, -1), bos.expand(4), nav.expand(4))
+        loss = loss_fn(bundle.model, prompt, ids, labelled, gen).total
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    bundle.model.eval()
+    ar, ar_stats, _ = run(bundle, TorchBackend, "ar", {})
+    spec, stats, _ = run(bundle, TorchBackend, "speculative", {})
+    assert torch.equal(ar, spec)
+    assert torch.equal(spec[0], torch.from_numpy(enc.ids))  # it learned the plan
+    assert stats.forwards < ar_stats.forwards / 3, (stats.forwards, ar_stats.forwards)
+
+
+class _FirstStepOnly:
+    """Runs S2D2 until the first step of the trajectory section, then stops the decode."""
+
+    name = "s2d2-first-step"
+
+    class Done(Exception):
+        pass
+
+    def __init__(self, inner, section):
+        self.inner, self.section, self.result = inner, section, None
+
+    def begin_block(self, ctx):
+        self.inner.begin_block(ctx)
+
+    def step(self, ctx):
+        first_open = int(ctx.open[0].nonzero()[0])
+        self.inner.step(ctx)
+        if ctx.section == self.section:
+            self.result = (ctx.x[:, first_open].clone(), first_open, ctx)
+            raise self.Done()
+
+
+def test_s2d2_sampling_preserves_the_ar_distribution(tiny_fast):
+    """The first verified token of the trajectory (a digit: 10 values) is sampled with
+    min(1, q/p) acceptance and residual resampling; over many forked rows its empirical
+    distribution must match the AR distribution q."""
+    bundle, n = tiny_fast, 3000
+    layout = layout_for(bundle, "s2d2")
+    backend = TorchBackend(bundle.model, layout.window, max_rows=n)
+    prompt = backend.prompt(*inputs(bundle))
+    probe = _FirstStepOnly(S2D2(policy="always"), "trajectory")
+    with pytest.raises(_FirstStepOnly.Done):
+        decode(backend, layout, prompt, probe, DecodeOptions(rollouts=n, rollout_temperature=1.0, seed=11))
+    tokens, pos, ctx = probe.result
+    # AR distribution: a fresh causal forward on row 0 over the committed prefix (still in the
+    # cache: the aborted block only overwrote its own window) and the scaffold before the position
+    logits = backend.step(ctx.x[:1], ctx.start, ctx.valid, False, ctx.action)
+    q = torch.softmax(logits[0, pos - 1].masked_fill(~ctx.allowed[pos], -1e9), -1)
+    emp = torch.bincount(tokens, minlength=q.shape[0]).float() / n
+    tv = 0.5 * (emp - q).abs().sum().item()
+    assert tv < 0.06, f"TV(empirical, AR) = {tv:.3f}"
+
+
+def test_forked_rollouts_do_not_recompute_the_prefix_and_greedy_rollouts_equal_the_greedy_plan(tiny_fast):
+    one, s1, _ = run(tiny_fast, TorchBackend, "speculative", {}, DecodeOptions(rollouts=1))
+    four, s4, _ = run(tiny_fast, TorchBackend, "speculative", {}, DecodeOptions(rollouts=4, rollout_temperature=0.0), rows=4)
+    assert all(torch.equal(row, one[0]) for row in four)
+    traj_forwards = s1.forwards_per_section["trajectory"]
+    window = layout_for(tiny_fast, "speculative").window
+    # only the trajectory forwards run 4 rows; the prompt and sections 1-3 are processed once
+    assert s4.tokens_processed - s1.tokens_processed == 3 * traj_forwards * window
+    assert s4.forwards == s1.forwards
+
+
+def test_base_model_parameter_counts_are_in_range_and_one_forward_runs_on_cpu():
+    bundle = build_random("base-0.8b", "trajectory_only")
+    c = bundle.model.param_counts()
+    assert 0.08e9 <= c["vision_params"] <= 0.12e9
+    assert 0.65e9 <= c["backbone_params"] <= 0.75e9
+    assert 0.75e9 <= c["total_params"] <= 0.85e9
+    assert c["action_expert_params"] > 0
+    layout = layout_for(bundle, "speculative")
+    backend = TorchBackend(bundle.model, layout.window)
+    prompt = backend.prompt(*inputs(bundle))
+    carry = backend.prefill(prompt)
+    logits = backend.step(torch.as_tensor(layout.template_ids[None, : layout.window]), bundle.config.prompt_len,
+                          layout.window, True, True)
+    assert carry.shape == (1, len(bundle.tokenizer)) and torch.isfinite(logits).all()
+
+
+def test_bench_decoding_prints_the_table():
+    out = subprocess.run([sys.executable, "-m", "ddrive_ros.cli", "bench", "decoding", "--config", "tiny", "--plans", "5"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for name in ("ar", "diffusion", "speculative", "s2d2"):
+        assert f"\n{name}" in out.stdout
+    assert "identical to AR" in out.stdout
