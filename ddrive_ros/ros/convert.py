@@ -1,0 +1,192 @@
+"""ROS message <-> numpy conversions for the planner node (the "interface" layer).
+
+Pixel decoding is written over plain fields (encoding, height, width, step, data) so the bag tools
+and the node share it. Message construction imports the ROS message packages lazily only where a
+message is built; parsing works on any object with the usual attributes (rclpy or rosbags messages).
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import cv2
+import numpy as np
+
+from ddrive_ros.trajectory import quaternion_to_yaw, yaw_to_quaternion
+
+try:  # the pixel conversions shared with the bag tools (synthetic world); local fallback below
+    from ddrive_ros.data import image_codec as _codec
+except ImportError:  # pragma: no cover - the data layer is optional for the node
+    _codec = None
+
+CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc3": 3, "8uc1": 1}
+
+
+class InvalidMessage(ValueError):
+    """A message that cannot be used; `reason` is the drop-counter key."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+# ------------------------------------------------------------------ time
+def stamp_to_sec(stamp: Any) -> float:
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+def sec_to_stamp_fields(t: float) -> tuple[int, int]:
+    ns = int(round(t * 1e9))
+    return ns // 1_000_000_000, ns % 1_000_000_000
+
+
+def to_stamp(t: float):
+    from builtin_interfaces.msg import Time
+
+    sec, nanosec = sec_to_stamp_fields(t)
+    return Time(sec=sec, nanosec=nanosec)
+
+
+# ------------------------------------------------------------------ images
+def decode_raw(encoding: str, height: int, width: int, step: int, data: bytes | np.ndarray) -> np.ndarray:
+    """Raw image fields -> (H, W, 3) uint8 RGB. Raises InvalidMessage on anything inconsistent."""
+    enc = (encoding or "").lower()
+    if enc not in CHANNELS:
+        raise InvalidMessage("bad_encoding", f"unsupported encoding {encoding!r}; expected one of {sorted(CHANNELS)}")
+    ch = CHANNELS[enc]
+    if height <= 0 or width <= 0:
+        raise InvalidMessage("size_mismatch", f"empty image {width}x{height}")
+    if step < width * ch:
+        raise InvalidMessage("size_mismatch", f"step {step} < width {width} x {ch} channels")
+    buf = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), dtype=np.uint8)
+    if buf.size != step * height:
+        raise InvalidMessage("size_mismatch", f"data has {buf.size} bytes, expected step {step} x height {height}")
+    if _codec is not None and enc in _codec.CHANNELS and step == width * ch:
+        try:
+            return _codec.raw_to_rgb(enc, height, width, step, buf)
+        except _codec.ImageFormatError as e:
+            raise InvalidMessage("size_mismatch", str(e)) from e
+    img = buf.reshape(height, step)[:, : width * ch].reshape(height, width, ch)  # padded rows, rgba, bgra
+    if enc in ("rgb8", "8uc3"):
+        return np.ascontiguousarray(img)
+    if enc == "bgr8":
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    if enc == "rgba8":
+        return cv2.cvtColor(img, cv2.COLOR_RGBA2RGB)
+    if enc == "bgra8":
+        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
+    return cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2RGB)
+
+
+def decode_compressed(fmt: str, data: bytes | np.ndarray) -> np.ndarray:
+    buf = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), dtype=np.uint8)
+    if _codec is not None:
+        try:
+            return _codec.compressed_to_rgb(fmt, buf)
+        except _codec.ImageFormatError as e:
+            raise InvalidMessage("decode_failed", str(e)) from e
+    if buf.size == 0:
+        raise InvalidMessage("decode_failed", "empty compressed image")
+    img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    if img is None:
+        raise InvalidMessage("decode_failed", f"could not decode compressed image (format {fmt!r})")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def image_to_rgb(msg: Any) -> np.ndarray:
+    """sensor_msgs/Image or sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB."""
+    if hasattr(msg, "encoding"):
+        return decode_raw(msg.encoding, int(msg.height), int(msg.width), int(msg.step), msg.data)
+    return decode_compressed(getattr(msg, "format", ""), msg.data)
+
+
+def rgb_to_image_fields(rgb: np.ndarray) -> dict[str, Any]:
+    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+    h, w = rgb.shape[:2]
+    return {"encoding": "rgb8", "height": h, "width": w, "step": w * 3, "is_bigendian": 0, "data": rgb.tobytes()}
+
+
+def rgb_to_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
+    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    if not ok:
+        raise ValueError("JPEG encoding failed")
+    return buf.tobytes()
+
+
+# ------------------------------------------------------------------ odometry
+def odometry_to_state(msg: Any) -> tuple[float, float, float, float, float, float]:
+    """nav_msgs/Odometry -> (t, x, y, yaw, v, yaw_rate); twist is in the body frame (child_frame_id)."""
+    p, q = msg.pose.pose.position, msg.pose.pose.orientation
+    tw = msg.twist.twist
+    vals = (p.x, p.y, q.x, q.y, q.z, q.w, tw.linear.x, tw.linear.y, tw.angular.z)
+    if not all(math.isfinite(v) for v in vals):
+        raise InvalidMessage("nan_odometry", "non-finite pose or twist")
+    if q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w < 1e-12:
+        raise InvalidMessage("nan_odometry", "zero quaternion")
+    yaw = quaternion_to_yaw(q.x, q.y, q.z, q.w)
+    v = math.copysign(math.hypot(tw.linear.x, tw.linear.y), tw.linear.x if tw.linear.x != 0 else 1.0)
+    return stamp_to_sec(msg.header.stamp), float(p.x), float(p.y), float(yaw), float(v), float(tw.angular.z)
+
+
+# ------------------------------------------------------------------ plan -> messages
+def trajectory_to_path(trajectory: np.ndarray, stamp: float, frame_id: str):
+    """(N, 5) t, x, y, yaw, v -> nav_msgs/Path; pose stamps = stamp + t."""
+    from geometry_msgs.msg import PoseStamped
+    from nav_msgs.msg import Path
+
+    msg = Path()
+    msg.header.stamp = to_stamp(stamp)
+    msg.header.frame_id = frame_id
+    for t, x, y, yaw, _v in np.asarray(trajectory, dtype=float):
+        ps = PoseStamped()
+        ps.header.stamp = to_stamp(stamp + t)
+        ps.header.frame_id = frame_id
+        ps.pose.position.x, ps.pose.position.y = float(x), float(y)
+        qx, qy, qz, qw = yaw_to_quaternion(yaw)
+        ps.pose.orientation.x, ps.pose.orientation.y, ps.pose.orientation.z, ps.pose.orientation.w = qx, qy, qz, qw
+        msg.poses.append(ps)
+    return msg
+
+
+def trajectory_to_autoware(trajectory: np.ndarray, stamp: float, frame_id: str):
+    """autoware_planning_msgs/Trajectory when that package is importable, else None."""
+    try:
+        from autoware_planning_msgs.msg import Trajectory, TrajectoryPoint
+    except ImportError:
+        return None
+    from builtin_interfaces.msg import Duration
+
+    msg = Trajectory()
+    msg.header.stamp = to_stamp(stamp)
+    msg.header.frame_id = frame_id
+    for t, x, y, yaw, v in np.asarray(trajectory, dtype=float):
+        pt = TrajectoryPoint()
+        sec, ns = sec_to_stamp_fields(t)
+        pt.time_from_start = Duration(sec=sec, nanosec=ns)
+        pt.pose.position.x, pt.pose.position.y = float(x), float(y)
+        qx, qy, qz, qw = yaw_to_quaternion(yaw)
+        pt.pose.orientation.z, pt.pose.orientation.w = qz, qw
+        pt.longitudinal_velocity_mps = float(v)
+        msg.points.append(pt)
+    return msg
+
+
+def json_string(obj: Any):
+    from std_msgs.msg import String
+
+    return String(data=json.dumps(obj, separators=(",", ":"), default=_json_default))
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (np.floating, np.integer, np.bool_)):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def meta_text(meta: dict | None) -> str:
+    if not meta:
+        return "no meta behaviour"
+    return f"{meta.get('longitudinal', '?')} / {meta.get('lateral', '?')} -> {float(meta.get('target_speed', 0)):.1f} m/s"

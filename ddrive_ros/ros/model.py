@@ -1,0 +1,61 @@
+"""The "model" layer of the node: builds the Planner from ROS parameter values (no rclpy here).
+
+`checkpoint` is a folder, a shipped model name under models/ (default `fast_ddrive_tiny`), or
+`random:<config>:<schema>` (e.g. `random:tiny:fast_ddrive`) for a model with random weights,
+which tests and the demo use when no trained model is installed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ddrive_ros.planner import Planner, PlannerOptions
+
+RANDOM_PREFIX = "random:"
+DEFAULT_CHECKPOINT = "fast_ddrive_tiny"
+
+
+def decoder_knobs(decoder: str, tau: float, steps: int) -> dict[str, Any]:
+    """The subset of (tau, steps) the decoder takes (speculative and ar take none)."""
+    from ddrive_ros.decoding.strategies import make_strategy
+
+    strategy = make_strategy(decoder)
+    fields = {f.name for f in dataclasses.fields(strategy)} if dataclasses.is_dataclass(strategy) else set()
+    knobs: dict[str, Any] = {}
+    if "tau" in fields:
+        knobs["tau"] = float(tau)
+    if "steps" in fields and int(steps) > 0:
+        knobs["steps"] = int(steps)
+    return knobs
+
+
+def shipped_available(name: str = DEFAULT_CHECKPOINT) -> bool:
+    from ddrive_ros import checkpoint as ckpt
+
+    try:
+        ckpt.resolve(name)
+        return True
+    except ckpt.CheckpointError:
+        return False
+
+
+def load_planner(checkpoint: str, backend: str = "torch", decoder: str = "speculative", tau: float = 0.9,
+                 steps: int = 0, rollouts: int = 1, rollout_temperature: float = 0.7, device: str = "cpu",
+                 seed: int = 0) -> tuple[Planner, dict[str, Any]]:
+    from ddrive_ros import checkpoint as ckpt
+
+    opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps),
+                          rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
+                          device=device, seed=int(seed))
+    if checkpoint.startswith(RANDOM_PREFIX):
+        parts = checkpoint[len(RANDOM_PREFIX):].split(":")
+        config = parts[0] or "tiny"
+        schema = parts[1] if len(parts) > 1 and parts[1] else "fast_ddrive"
+        bundle = ckpt.build_random(config, schema, seed=int(seed))
+        info = {"checkpoint": checkpoint, "random_weights": True, "schema": schema}
+    else:
+        bundle = ckpt.load(checkpoint or None, device=device)
+        info = {"checkpoint": str(bundle.path or checkpoint), "random_weights": bool(bundle.meta.get("random_weights")),
+                "schema": bundle.schema.name}
+    info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts)
+    return Planner(bundle, opts), info
