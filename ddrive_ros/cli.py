@@ -12,7 +12,7 @@ SUBCOMMANDS = {
     "schema": "ddrive_ros.commands.schema_cmd",
     "model-info": "ddrive_ros.commands.model_info",
     "bench": "ddrive_ros.commands.bench",
-    "make-bag": "ddrive_ros.commands.make_bag",
+    "make-bag": "ddrive_ros.data.bag_writer",
     "train": "ddrive_ros.training.cli",
     "eval": "ddrive_ros.evaluation.cli",
     "replay": "ddrive_ros.ros.replay_cli",

@@ -25,14 +25,15 @@ def target_plan(sample, codec: Codec) -> Plan:
     fut = np.asarray(sample.future_xy, dtype=float)
     xy = np.stack([np.interp(times, fut_t, fut[:, 0]), np.interp(times, fut_t, fut[:, 1])], 1)
     labels = getattr(sample, "labels", None)
+    has = getattr(sample, "has_labels", {})
     plan = Plan(codec.schema.name, xy, times)
     if labels is not None:
         names = codec.schema.section_names
-        if "critical_objects" in names and labels.critical_objects:
+        if "critical_objects" in names and has.get("critical_objects", True) and labels.critical_objects:
             plan.critical_objects = dict(labels.critical_objects)
-        if "explanation" in names:
+        if "explanation" in names and has.get("explanation", True):
             plan.explanation = labels.explanation
-        if "future_meta_behavior" in names:
+        if "future_meta_behavior" in names and has.get("future_meta_behavior", True):
             plan.meta = labels.meta
     return plan
 

@@ -1,0 +1,1 @@
+"""Offline evaluation against the synthetic world."""

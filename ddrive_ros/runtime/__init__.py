@@ -1,0 +1,1 @@
+"""ddrive_ros.runtime"""
