@@ -1,0 +1,163 @@
+"""ONNX Runtime backend: the exported static graphs behind the Backend interface.
+
+ONNX has no in-place writes, so this backend owns the K/V cache and writes each
+step's returned window K/V into it at [start, start + W). Every graph has a
+static row count; a batch of n rows runs on the smallest exported row count
+>= n, padding rows when needed (see `SplitCache`).
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ddrive_ros.model.config import ModelConfig
+from ddrive_ros.runtime.onnx_export import read_manifest, step_graph_name
+from ddrive_ros.runtime.torch_backend import images_to_input
+
+log = logging.getLogger(__name__)
+
+
+class SplitCache:
+    """One contiguous K/V store per static row count (e.g. 1 and max_rows).
+
+    A graph for n rows takes a (layers, n, kv_heads, T, head_dim) cache input; a
+    slice of a larger store is not contiguous, so each row count gets its own
+    store. Only one store is live: switching copies the shared leading rows
+    across, so row 0 carries over into a fork without any forward. Works on
+    numpy arrays and torch tensors alike (slice assignment only).
+    """
+
+    def __init__(self, rows: Sequence[int], make: Callable[[int], tuple[Any, Any]]):
+        self.rows = sorted(set(rows))
+        self.stores = {r: make(r) for r in self.rows}
+        self.live = self.rows[0]
+
+    def rows_for(self, n: int) -> int:
+        for r in self.rows:
+            if r >= n:
+                return r
+        raise ValueError(f"cache holds {self.rows[-1]} rows, {n} requested (raise max rollouts)")
+
+    def use(self, n: int) -> tuple[Any, Any, int]:
+        """The store that serves n rows, made live (with the previous live store's rows copied in)."""
+        r = self.rows_for(n)
+        if r != self.live:
+            m = min(r, self.live)
+            (k_old, v_old), (k, v) = self.stores[self.live], self.stores[r]
+            k[:, :m] = k_old[:, :m]
+            v[:, :m] = v_old[:, :m]
+            self.live = r
+        return (*self.stores[r], r)
+
+    def fork(self, n: int, prefix_len: int) -> None:
+        k, v, _ = self.use(n)
+        k[:, 1:n, :, :prefix_len] = k[:, :1, :, :prefix_len]
+        v[:, 1:n, :, :prefix_len] = v[:, :1, :, :prefix_len]
+
+
+def pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """Repeat the last row up to `rows` (padding rows are computed and thrown away)."""
+    if x.shape[0] == rows:
+        return x
+    return np.concatenate([x, np.repeat(x[-1:], rows - x.shape[0], axis=0)], axis=0)
+
+
+def default_providers() -> list[str]:
+    """CUDA when ONNX Runtime has it and a GPU is really there (onnxruntime-gpu lists it regardless), else CPU."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" in available and torch.cuda.is_available():
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+class OnnxBackend:
+    name = "onnx"
+
+    def __init__(self, onnx_dir: str | Path, window: int, max_rows: int = 1, providers: Sequence[str] | None = None,
+                 threads: int | None = None):
+        import onnxruntime as ort
+
+        self.dir = Path(onnx_dir)
+        manifest = read_manifest(self.dir)
+        if manifest is None:
+            raise FileNotFoundError(f"no ONNX export in {self.dir} (manifest.json missing); run export_checkpoint first")
+        self.cfg = ModelConfig.from_dict(manifest["model_config"])
+        self.manifest = manifest
+        self.window = window
+        self.max_rows = max_rows
+        self.prompt_len = self.cfg.prompt_len
+        self.vocab_size = self.cfg.vocab_size
+        row_counts = sorted({1, max_rows})
+        missing = [g for g in ["vision", "prefill", *(step_graph_name(window, r) for r in row_counts)]
+                   if g not in manifest["graphs"]]
+        if missing:
+            raise FileNotFoundError(f"ONNX export in {self.dir} lacks graphs {missing}; export with windows "
+                                    f"[{window}] and rows {row_counts}")
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # a pinned thread count means sharing the CPU: do not burn it spinning between runs
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.providers = list(providers) if providers else default_providers()
+
+        def session(graph: str) -> Any:
+            path = self.dir / manifest["graphs"][graph]["file"]
+            return ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
+
+        self.vision = session("vision")
+        self.prefill_session = session("prefill")
+        self.steps = {r: session(step_graph_name(window, r)) for r in row_counts}
+        bb = self.cfg.backbone
+        shape = lambda r: (bb.layers, r, bb.kv_heads, self.cfg.cache_len(window), bb.head_dim)  # noqa: E731
+        self.cache = SplitCache(row_counts, lambda r: (np.zeros(shape(r), np.float32), np.zeros(shape(r), np.float32)))
+        log.info("ONNX Runtime backend on %s: window %d, rows %s", self.providers[0], window, row_counts)
+
+    @torch.inference_mode()
+    def prompt(self, images, ego, bos, nav) -> torch.Tensor:
+        feeds = {
+            "images": images_to_input(images.cpu(), torch.float32).numpy(),
+            "ego": ego.cpu().float().numpy(),
+            "bos": bos.cpu().long().numpy().reshape(1),
+            "nav": nav.cpu().long().numpy().reshape(1),
+        }
+        _, prompt = self.vision.run(["visual_tokens", "prompt_embeds"], feeds)
+        return torch.from_numpy(prompt)
+
+    def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
+        if prompt.shape[0] != 1:
+            raise ValueError(f"prefill takes one prompt row, got {prompt.shape[0]} (fork after prefill)")
+        logits, k, v = self.prefill_session.run(None, {"prompt_embeds": prompt.detach().cpu().float().numpy()})
+        k_cache, v_cache, _ = self.cache.use(1)
+        p = k.shape[3]
+        k_cache[:, :1, :, :p] = k
+        v_cache[:, :1, :, :p] = v
+        return torch.from_numpy(logits)
+
+    def step(self, tokens: torch.Tensor, start: int, valid: int, bidirectional: bool, action: bool) -> torch.Tensor:
+        n = tokens.shape[0]
+        k_cache, v_cache, rows = self.cache.use(n)
+        feeds = {
+            "tokens": pad_rows(tokens.detach().cpu().long().numpy(), rows),
+            "k_cache": k_cache,
+            "v_cache": v_cache,
+            "start": np.array(start, np.int64),
+            "valid": np.array(valid, np.int64),
+            "bidirectional": np.array(bool(bidirectional)),
+            "action": np.array(bool(action)),
+        }
+        logits, k, v = self.steps[rows].run(None, feeds)
+        w = k.shape[3]
+        k_cache[:, :n, :, start:start + w] = k[:, :n]
+        v_cache[:, :n, :, start:start + w] = v[:, :n]
+        return torch.from_numpy(logits[:n])
+
+    def fork(self, n: int, prefix_len: int) -> None:
+        self.cache.fork(n, prefix_len)

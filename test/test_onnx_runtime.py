@@ -1,0 +1,256 @@
+"""ONNX export and the ONNX Runtime backend against the PyTorch eager reference (CPU, real ONNX Runtime)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+
+from ddrive_ros.decoding.block_loop import DecodeOptions, decode  # noqa: E402
+from ddrive_ros.decoding.strategies import make_strategy  # noqa: E402
+from ddrive_ros.model.config import ModelConfig  # noqa: E402
+from ddrive_ros.model.vla import DrivingVLA  # noqa: E402
+from ddrive_ros.runtime.factory import make_backend  # noqa: E402
+from ddrive_ros.runtime.onnx_backend import OnnxBackend, SplitCache  # noqa: E402
+from ddrive_ros.runtime.onnx_export import (MAX_IR_VERSION, control_flow_nodes, export_checkpoint,  # noqa: E402
+                                            file_sha256, prefill_inputs, step_graph_name, step_inputs, vision_inputs)
+from ddrive_ros.runtime.torch_backend import TorchBackend  # noqa: E402
+from ddrive_ros.scaffold.layout import Layout  # noqa: E402
+from ddrive_ros.scaffold.schema import Schema  # noqa: E402
+from ddrive_ros.scaffold.tokenizer import Tokenizer  # noqa: E402
+
+ROWS = 3
+MAIN_BLOCK = {"fast_ddrive": 32, "trajectory_only": 16}
+TOL = 1e-4
+
+
+class Exported:
+    def __init__(self, schema_name: str, out: Path):
+        self.schema = Schema.load(schema_name)
+        self.tokenizer = Tokenizer.build(self.schema)
+        self.ar = Layout(self.schema, self.tokenizer, 1)
+        self.main = Layout(self.schema, self.tokenizer, MAIN_BLOCK[schema_name])
+        torch.manual_seed(0)
+        cfg = ModelConfig.load("tiny").with_output(len(self.tokenizer), self.main.length)
+        self.model = DrivingVLA(cfg).eval()
+        self.dir = out
+        self.manifest = export_checkpoint(self.model, [self.ar.window, self.main.window], out, rows=[1, ROWS],
+                                          progress=False)
+
+    def inputs(self):
+        gen = torch.Generator().manual_seed(1)
+        h, w = self.model.cfg.vision.image_size
+        images = torch.randint(0, 256, (1, 6, h, w, 3), dtype=torch.uint8, generator=gen)
+        ego = torch.randn(1, 11, generator=gen)
+        nav = torch.tensor([self.tokenizer.id("<nav:TURN_LEFT>")])
+        return images, ego, torch.tensor([self.tokenizer.bos_id]), nav
+
+
+_EXPORTS: dict[str, Exported] = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Two runtimes in one process on two shared cores: spinning thread pools starve each other, so one each."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def export_once(schema_name: str, tmp_path_factory) -> Exported:
+    """Exports take seconds: each schema is exported once per test session."""
+    if schema_name not in _EXPORTS:
+        _EXPORTS[schema_name] = Exported(schema_name, tmp_path_factory.mktemp(schema_name))
+    return _EXPORTS[schema_name]
+
+
+@pytest.fixture(scope="module", params=["fast_ddrive", "trajectory_only"])
+def exported(request, tmp_path_factory) -> Exported:
+    return export_once(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory) -> Exported:
+    return export_once("fast_ddrive", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def short(tmp_path_factory) -> Exported:
+    return export_once("trajectory_only", tmp_path_factory)
+
+
+def session(ex: Exported, graph: str):
+    import onnxruntime as ort
+
+    path = ex.dir / ex.manifest["graphs"][graph]["file"]
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+# ---------------------------------------------------------------------------- the files
+def test_export_writes_checked_static_graphs_with_a_manifest(exported):
+    manifest = json.loads((exported.dir / "manifest.json").read_text())
+    expected = {"vision", "prefill"} | {step_graph_name(w, n) for w in (exported.ar.window, exported.main.window)
+                                         for n in (1, ROWS)}
+    assert set(manifest["graphs"]) == expected
+    assert manifest["opset"] == 17 and manifest["ir_version"] <= MAX_IR_VERSION
+    assert manifest["model_config"] == exported.model.cfg.to_dict()
+    for name, entry in manifest["graphs"].items():
+        path = exported.dir / entry["file"]
+        proto = onnx.load(str(path))
+        onnx.checker.check_model(proto)
+        assert proto.ir_version <= MAX_IR_VERSION, name
+        assert control_flow_nodes(proto.graph) == [], name
+        assert file_sha256([path]) == entry["sha256"]
+        for value in proto.graph.input:  # static shapes only
+            assert all(d.HasField("dim_value") for d in value.type.tensor_type.shape.dim), (name, value.name)
+
+
+def test_control_flow_walk_finds_nodes_inside_subgraphs():
+    then = onnx.helper.make_graph([onnx.helper.make_node("Loop", ["a", "b"], ["c"])], "then", [], [])
+    node = onnx.helper.make_node("If", ["cond"], ["out"], then_branch=then, else_branch=onnx.helper.make_graph([], "e", [], []))
+    graph = onnx.helper.make_graph([node], "g", [], [])
+    assert sorted(control_flow_nodes(graph)) == ["If", "Loop"]
+
+
+def test_large_models_keep_their_weights_in_a_data_file_beside_the_graph(fast, tmp_path, monkeypatch):
+    import onnxruntime as ort
+
+    from ddrive_ros.runtime import onnx_export
+
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 0)
+    spec = next(s for s in onnx_export.graph_specs(fast.model, [], []) if s.name == "prefill")
+    entry = onnx_export.export_graph(spec, tmp_path / "prefill.onnx")
+    assert entry["data_file"] == "prefill.onnx.data" and (tmp_path / "prefill.onnx.data").stat().st_size > 1e6
+    assert (tmp_path / "prefill.onnx").stat().st_size < 1e6
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prefill.onnx", "prefill.onnx.data"]
+    (prompt,) = spec.inputs
+    logits, _, _ = ort.InferenceSession(str(tmp_path / "prefill.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"prompt_embeds": prompt.numpy()})
+    with torch.no_grad():
+        assert max_diff(logits, spec.module(prompt)[0]) < TOL
+
+
+# ---------------------------------------------------------------------------- graph parity
+def test_vision_graph_matches_pytorch(fast):
+    images, ego, bos, nav = vision_inputs(fast.model, torch.Generator().manual_seed(3))
+    visual, prompt = session(fast, "vision").run(None, {"images": images.numpy(), "ego": ego.numpy(),
+                                                         "bos": bos.numpy(), "nav": nav.numpy()})
+    with torch.no_grad():
+        ref_visual = fast.model.encode_images(images)
+        ref_prompt = fast.model.prompt_embeds(ref_visual, ego, bos, nav)
+    assert max_diff(visual, ref_visual) < TOL
+    assert max_diff(prompt, ref_prompt) < TOL
+
+
+def test_prefill_graph_matches_pytorch(fast):
+    (prompt,) = prefill_inputs(fast.model, torch.Generator().manual_seed(4))
+    logits, k, v = session(fast, "prefill").run(None, {"prompt_embeds": prompt.numpy()})
+    cache = fast.model.new_cache(1, fast.main.window)
+    with torch.no_grad():
+        ref = fast.model.prefill(prompt, cache.rows(1))
+    p = prompt.shape[1]
+    assert max_diff(logits, ref) < TOL
+    assert max_diff(k, cache.k[:, :, :, :p]) < TOL
+    assert max_diff(v, cache.v[:, :, :, :p]) < TOL
+
+
+@pytest.mark.parametrize("rows", [1, ROWS])
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("action", [False, True])
+def test_step_graph_matches_pytorch(fast, rows, bidirectional, action):
+    w = fast.main.window
+    start = fast.model.cfg.prompt_len + 40
+    valid = w - 5  # a padded block: the limit of a bidirectional window is its last real position
+    feeds = step_inputs(fast.model, w, rows, torch.Generator().manual_seed(5), start, valid, bidirectional, action)
+    names = ["tokens", "k_cache", "v_cache", "start", "valid", "bidirectional", "action"]
+    logits, k_win, v_win = session(fast, step_graph_name(w, rows)).run(None, {n: t.numpy() for n, t in zip(names, feeds)})
+    tokens, k_cache, v_cache = feeds[:3]
+    cache = fast.model.new_cache(rows, w)
+    cache.k.copy_(k_cache)
+    cache.v.copy_(v_cache)
+    with torch.no_grad():
+        ref = fast.model.step(tokens, feeds[3], feeds[4], bidirectional, cache.rows(rows), action)
+    assert max_diff(logits, ref) < TOL
+    assert max_diff(k_win, cache.k[:, :, :, start:start + w]) < TOL
+    assert max_diff(v_win, cache.v[:, :, :, start:start + w]) < TOL
+
+
+# ---------------------------------------------------------------------------- decoding parity
+def run_decoder(backend, layout: Layout, ex: Exported, decoder: str, options: DecodeOptions | None = None):
+    prompt = backend.prompt(*ex.inputs())
+    ids, stats = decode(backend, layout, prompt, make_strategy(decoder), options)
+    return ids, stats
+
+
+@pytest.mark.parametrize("decoder", ["ar", "diffusion", "speculative", "s2d2"])
+def test_every_decoder_gives_identical_tokens_on_onnx_runtime(exported, decoder):
+    layout = exported.ar if decoder == "ar" else exported.main
+    ort_ids, ort_stats = run_decoder(OnnxBackend(exported.dir, layout.window, ROWS, threads=1), layout, exported, decoder)
+    ref_ids, ref_stats = run_decoder(TorchBackend(exported.model, layout.window, ROWS), layout, exported, decoder)
+    assert torch.equal(ort_ids, ref_ids)
+    assert ort_stats.forwards == ref_stats.forwards
+
+
+def test_multi_rollout_gives_identical_tokens_on_onnx_runtime(exported):
+    layout = exported.main
+    options = DecodeOptions(rollouts=3, rollout_temperature=0)
+    ort_ids, _ = run_decoder(OnnxBackend(exported.dir, layout.window, ROWS, threads=1), layout, exported, "speculative", options)
+    ref_ids, _ = run_decoder(TorchBackend(exported.model, layout.window, ROWS), layout, exported, "speculative", options)
+    assert ort_ids.shape[0] == 3
+    assert torch.equal(ort_ids, ref_ids)
+
+
+def test_fewer_rollouts_than_rows_pad_the_static_batch(short):
+    """Two rollouts on a 3-row export run on the 3-row graph with one padding row."""
+    layout = short.main
+    options = DecodeOptions(rollouts=2, rollout_temperature=0)
+    ort_ids, _ = run_decoder(OnnxBackend(short.dir, layout.window, ROWS, threads=1), layout, short, "diffusion", options)
+    ref_ids, _ = run_decoder(TorchBackend(short.model, layout.window, ROWS), layout, short, "diffusion", options)
+    assert torch.equal(ort_ids, ref_ids)
+
+
+# ---------------------------------------------------------------------------- pieces
+def test_split_cache_carries_row_zero_into_the_wide_store_and_back():
+    cache = SplitCache([1, 3], lambda r: (np.zeros((2, r, 1, 5, 1)), np.zeros((2, r, 1, 5, 1))))
+    k, v, rows = cache.use(1)
+    k[:, 0, :, :4] = 7.0
+    cache.fork(3, 3)
+    k3, _, rows3 = cache.use(3)
+    assert rows3 == 3 and (k3[:, :, :, :3] == 7.0).all() and (k3[:, 1:, :, 3] == 0.0).all()
+    k3[:, 0, :, 4] = 9.0
+    k1, _, _ = cache.use(1)
+    assert (k1[:, 0, :, 4] == 9.0).all()
+    with pytest.raises(ValueError, match="raise max rollouts"):
+        cache.use(4)
+
+
+def test_backend_refuses_a_folder_without_the_needed_graphs(fast, tmp_path):
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        OnnxBackend(tmp_path, fast.main.window)
+    with pytest.raises(FileNotFoundError, match="lacks graphs"):
+        OnnxBackend(fast.dir, fast.main.window, max_rows=5)
+
+
+def test_factory_reuses_a_matching_export_and_redoes_a_stale_one(fast, tmp_path):
+    out = tmp_path / "onnx"
+    backend = make_backend("onnx", fast.model, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
+    assert backend.name == "onnx"
+    stamp = (out / "prefill.onnx").stat().st_mtime_ns
+    make_backend("onnx", fast.model, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
+    assert (out / "prefill.onnx").stat().st_mtime_ns == stamp  # reused
+    other = DrivingVLA(fast.model.cfg).eval()  # same config, other weights
+    make_backend("onnx", other, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
+    assert (out / "prefill.onnx").stat().st_mtime_ns != stamp
+    assert make_backend("torch", fast.model, fast.main.window).name == "torch"
+    with pytest.raises(ValueError, match="unknown backend"):
+        make_backend("tpu", fast.model, fast.main.window)
