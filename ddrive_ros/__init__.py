@@ -22,3 +22,14 @@ def share_dir() -> Path:
         return Path(get_package_share_directory("ddrive_ros"))
     except Exception:  # noqa: BLE001 - no ament index outside a ROS install
         return source
+
+
+def config_file(kind: str, name_or_path: str | Path, what: str) -> Path:
+    """A YAML file: a path as given, or `config/<kind>/<name>.yaml`; a clear error listing the known names."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yaml", ".yml"):
+        path = share_dir() / "config" / kind / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (share_dir() / "config" / kind).glob("*.yaml"))
+        raise FileNotFoundError(f"{what} {path} not found (known {what}s: {', '.join(known)})")
+    return path

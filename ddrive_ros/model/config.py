@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from ddrive_ros import share_dir
+from ddrive_ros import config_file
 from ddrive_ros.observation import CAMERAS
 
 N_FRAMES = 2
@@ -91,12 +91,7 @@ class ModelConfig:
 
     @classmethod
     def load(cls, name_or_path: str | Path) -> "ModelConfig":
-        path = Path(name_or_path)
-        if path.suffix not in (".yaml", ".yml"):
-            path = share_dir() / "config" / "model" / f"{name_or_path}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in (share_dir() / "config" / "model").glob("*.yaml"))
-            raise FileNotFoundError(f"model config {path} not found (known configs: {', '.join(known)})")
+        path = config_file("model", name_or_path, "config")
         return cls.from_dict(yaml.safe_load(path.read_text()))
 
     def with_output(self, vocab_size: int, output_len: int, block_size: int = 32) -> "ModelConfig":

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ddrive_ros import share_dir
+from ddrive_ros import config_file, share_dir
 
 DIGITS = tuple(str(d) for d in range(10))
 SIGNS = ("+", "-")
@@ -99,12 +99,7 @@ class Schema:
     @classmethod
     def load(cls, name_or_path: str | Path) -> "Schema":
         """Load `config/schema/NAME.yaml` (or a path to a YAML file)."""
-        path = Path(name_or_path)
-        if path.suffix not in (".yaml", ".yml"):
-            path = share_dir() / "config" / "schema" / f"{name_or_path}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in (share_dir() / "config" / "schema").glob("*.yaml"))
-            raise FileNotFoundError(f"schema file {path} not found (known schemas: {', '.join(known)})")
+        path = config_file("schema", name_or_path, "schema")
         return cls.from_dict(yaml.safe_load(path.read_text()), words_dir=path.parent)
 
     @classmethod
