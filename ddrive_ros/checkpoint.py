@@ -49,7 +49,30 @@ def build_random(config: str | Path, schema: str | Path, block_size: int | None 
     bs = block_size or sch.default_block_size
     cfg = ModelConfig.load(config).with_output(len(tok), Layout(sch, tok, bs).length, bs)
     torch.manual_seed(seed)
-    return Bundle(DrivingVLA(cfg), tok, sch, cfg, {"random_weights": True, "seed": seed})
+    model = DrivingVLA(cfg)
+    init_ordinal_embeddings(model, tok)
+    return Bundle(model, tok, sch, cfg, {"random_weights": True, "seed": seed})
+
+
+@torch.no_grad()
+def init_ordinal_embeddings(model: DrivingVLA, tok: Tokenizer) -> None:
+    """Give bin and digit tokens embeddings that vary smoothly with their value (sinusoids at a few
+    wavelengths), so neighbouring values start out similar instead of unrelated."""
+    emb = model.backbone.embed.weight
+    dim = emb.shape[1]
+    scale = emb.std().item()
+    for prefix, count in (("<bin_", None), ("", 10)):
+        ids, values = [], []
+        for t in tok.tokens:
+            if prefix and t.startswith(prefix) and t.endswith(">"):
+                ids.append(tok.id(t)); values.append(float(t[len(prefix):-1]))  # noqa: E702
+            elif not prefix and len(t) == 1 and t.isdigit():
+                ids.append(tok.id(t)); values.append(float(t))  # noqa: E702
+        if not ids:
+            continue
+        v = torch.tensor(values)[:, None] / max(max(values), 1.0)
+        freqs = torch.arange(dim // 2, dtype=torch.float32)[None] / (dim // 2) * 8.0 + 0.5
+        emb[ids] = torch.cat([torch.sin(v * freqs * 3.14159), torch.cos(v * freqs * 3.14159)], 1)[:, :dim] * scale
 
 
 def resolve(path: str | Path | None) -> Path:

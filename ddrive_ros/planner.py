@@ -32,7 +32,7 @@ class PlannerOptions:
     knobs: dict[str, Any] = field(default_factory=dict)  # decoder knobs, e.g. {"tau": 0.9, "steps": 4}
     block_size: int | None = None  # default: the checkpoint's
     rollouts: int = 1
-    rollout_temperature: float = 0.7
+    rollout_temperature: float = 0.3  # N=4 at 0.3 beat greedy on held-out episodes; 1.0 did not
     temperature: float = 0.0
     seed: int = 0
     device: str = "cpu"

@@ -122,6 +122,7 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     t0 = time.perf_counter()
     gen = torch.Generator(device="cpu").manual_seed(opt.seed)
     carry = backend.prefill(prompt)
+    stats.stage_ms["prefill"] = (time.perf_counter() - t0) * 1000.0
     stats.forwards += 1
     stats.tokens_processed += prompt.shape[1]
     stats.forwards_per_section["prompt"] = 1
@@ -154,6 +155,7 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
         carry = ctx.finish()
         out[:, block.start:block.end] = ctx.x[:, : block.length]
     stats.wall_ms = (time.perf_counter() - t0) * 1000.0
+    stats.stage_ms["blocks"] = stats.wall_ms - stats.stage_ms["prefill"]
     return out, stats
 
 

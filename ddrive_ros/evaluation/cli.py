@@ -30,12 +30,13 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=777, help="episode seed; training uses other seeds")
     p.add_argument("--per-episode", type=int, default=1, help="anchors per episode")
     p.add_argument("--methods", default="all", help="comma-separated method names, or all")
+    p.add_argument("--rollout-temperature", type=float, default=0.3, help="sampling temperature of the trajectory rollouts")
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)
 
 
-def collides(plan_xy: np.ndarray, sample) -> bool:
+def collides(plan_xy: np.ndarray, sample, keep: np.ndarray) -> bool:
     """Approximate: an object centre inside the ego footprint grown by the object's half width,
     with the ego heading taken along the planned path."""
     from ddrive_ros.data.sample import EGO_HALF_EXTENTS
@@ -43,8 +44,8 @@ def collides(plan_xy: np.ndarray, sample) -> bool:
 
     if sample.objects_future.shape[0] == 0:
         return False
-    yaw, _ = path_yaw_speed(plan_xy, sample.future_times, 0.0, sample.observation.speed)
-    d = sample.objects_future - plan_xy[None]  # (A, T, 2)
+    yaw, _ = path_yaw_speed(plan_xy, sample.future_times[keep], 0.0, sample.observation.speed)
+    d = sample.objects_future[:, keep] - plan_xy[None]  # (A, T, 2)
     c, s = np.cos(yaw)[None], np.sin(yaw)[None]
     lon = d[..., 0] * c + d[..., 1] * s
     lat = -d[..., 0] * s + d[..., 1] * c
@@ -59,16 +60,20 @@ def f1(pred: list[dict], truth: list[dict]) -> float:
     return 2 * tp / max(2 * tp + fp + fn, 1)
 
 
-def score(name: str, preds: list[np.ndarray], samples, plans=None) -> dict[str, Any]:
+def score(name: str, preds: list[np.ndarray], samples, plans=None, horizon: float = 5.0) -> dict[str, Any]:
+    """Metrics over the model's horizon (5 s for fast_ddrive, 4 s for trajectory_only)."""
     from ddrive_ros.trajectory import l2_at
 
-    truth = [s.future_xy for s in samples]
+    keep = samples[0].future_times <= horizon + 1e-9
+    times = samples[0].future_times[keep]
+    truth = [s.future_xy[keep] for s in samples]
+    preds = [p[keep] for p in preds]
     err = np.array([np.linalg.norm(p - t, axis=1) for p, t in zip(preds, truth)])
-    l2 = [l2_at(p, t, samples[0].future_times) for p, t in zip(preds, truth)]
-    row: dict[str, Any] = {"method": name, "ade": float(err.mean()), "fde": float(err[:, -1].mean())}
+    l2 = [l2_at(p, t, times) for p, t in zip(preds, truth)]
+    row: dict[str, Any] = {"method": name, "horizon_s": horizon, "ade": float(err.mean()), "fde": float(err[:, -1].mean())}
     for sec in (1, 2, 3, 4, 5):
-        row[f"l2_{sec}s"] = float(np.mean([d[float(sec)] for d in l2]))
-    row["collision_rate"] = float(np.mean([collides(p, s) for p, s in zip(preds, samples)]))
+        row[f"l2_{sec}s"] = float(np.nanmean([d[float(sec)] for d in l2]))
+    row["collision_rate"] = float(np.mean([collides(p, s, keep) for p, s in zip(preds, samples)]))
     if plans:
         labelled = [(p, s) for p, s in zip(plans, samples) if p.meta is not None and s.labels.meta is not None]
         if labelled:
@@ -86,7 +91,7 @@ def score(name: str, preds: list[np.ndarray], samples, plans=None) -> dict[str, 
 
 
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
-             plots: str | None = None) -> list[dict[str, Any]]:
+             plots: str | None = None, rollout_temperature: float = 0.3) -> list[dict[str, Any]]:
     from tqdm import tqdm
 
     from ddrive_ros import checkpoint as ckpt
@@ -105,15 +110,17 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
         samples += [eps[i] for i in idx]
     log.info("evaluating on %d samples from %d held-out episodes (seed %d)", len(samples), len(by_ep), seed)
     times = samples[0].future_times
+    wf = bundle.schema.waypoint_field()
+    horizon = wf.dt * wf.count
     rows = [score("constant velocity", [constant_velocity_prediction(s.observation.speed, s.observation.yaw_rate, times)
-                                        for s in samples], samples),
-            score("expert", [s.future_xy for s in samples], samples)]
+                                        for s in samples], samples, horizon=horizon),
+            score("expert", [s.future_xy for s in samples], samples, horizon=horizon)]
     chosen = [m for m in METHODS if methods == "all" or m[0] in methods.split(",")]
     kept_plans = {}
     for name, decoder, knobs, n in tqdm(chosen, desc="methods"):
-        planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n, rollout_temperature=0.7))
+        planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n, rollout_temperature=rollout_temperature))
         plans = [planner.plan(s.observation) for s in tqdm(samples, desc=name, leave=False)]
-        rows.append(score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans))
+        rows.append(score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon))
         kept_plans[name] = plans
     if plots:
         draw(Path(plots), samples, kept_plans, bundle)
@@ -167,7 +174,7 @@ def draw(out: Path, samples, plans: dict, bundle, n: int = 4) -> None:
         cv2.imwrite(str(out / f"cameras_{k}.png"), cv2.cvtColor(cv2.resize(strip, None, fx=2, fy=2), cv2.COLOR_RGB2BGR))
 
 
-COLUMNS = ["method", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "lat_acc", "lon_acc", "co_f1", "expl_acc",
+COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "lat_acc", "lon_acc", "co_f1", "expl_acc",
            "forwards_per_plan", "ms_per_plan"]
 
 
@@ -179,7 +186,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots)
+    rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
+                    args.rollout_temperature)
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

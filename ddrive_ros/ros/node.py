@@ -47,7 +47,7 @@ PARAMETERS: dict[str, tuple[Any, int, str]] = {
     "tau": (0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders"),
     "steps": (0, P.PARAMETER_INTEGER, "fixed denoising forwards per block (diffusion); 0 = by threshold"),
     "rollouts": (1, P.PARAMETER_INTEGER, "trajectory rollouts sharing the prefix cache (averaged)"),
-    "rollout_temperature": (0.7, P.PARAMETER_DOUBLE, "sampling temperature of rollouts 2..N"),
+    "rollout_temperature": (0.3, P.PARAMETER_DOUBLE, "sampling temperature of rollouts 2..N"),
     "seed": (0, P.PARAMETER_INTEGER, "sampling seed (and random-weight seed)"),
     "device": ("cpu", P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0"),
     "num_threads": (0, P.PARAMETER_INTEGER, "torch CPU threads; 0 = torch default"),
@@ -125,6 +125,7 @@ class PlannerNode(Node):
         self.sync_failures: Counter[str] = Counter()
         self.ticks = self.skipped_ticks = self.plans = self.fallback_plans = self.plan_errors = 0
         self.last_latency: dict[str, float] = {}
+        self.image_decode_ms = 0.0
         self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0 of the last real plan
         self._last_anchor: float | None = None
         self._stale: list[str] = ["camera/front"]
@@ -197,11 +198,13 @@ class PlannerNode(Node):
     def _on_image(self, camera: str, msg: Image | CompressedImage) -> None:
         key = f"camera/{camera}"
         self.received[key] += 1
+        t0 = time.perf_counter()
         try:
             rgb = convert.image_to_rgb(msg)
         except convert.InvalidMessage as e:
             self._drop(e.reason, self.topics[key], str(e))
             return
+        self.image_decode_ms = (time.perf_counter() - t0) * 1e3  # on the callback thread, once per message
         stamp = convert.stamp_to_sec(msg.header.stamp)
         with self._lock:
             self.sync.add_image(camera, stamp, rgb)
@@ -286,7 +289,10 @@ class PlannerNode(Node):
         traj = plan.trajectory
         doc = plan.to_json_dict()
         meta = doc.get("future_meta_behavior")
+        latency["image_decode"] = round(self.image_decode_ms, 3)
+        t2 = time.perf_counter()
         self._publish(traj, plan.waypoints, plan.rollouts, meta, obs.stamp, doc, latency, fallback=False)
+        latency["publish"] = round((time.perf_counter() - t2) * 1e3, 3)
         latency["total"] = round((time.perf_counter() - handed) * 1e3, 3)
         self.last_latency = latency
         self.pub_latency.publish(convert.json_string({"stamp": obs.stamp, "stage_ms": latency,

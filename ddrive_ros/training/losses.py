@@ -24,7 +24,7 @@ class LossParts:
 
 
 class DualStreamLoss:
-    def __init__(self, layout: Layout, prompt_len: int, device: torch.device | str = "cpu"):
+    def __init__(self, layout: Layout, prompt_len: int, device: torch.device | str = "cpu", bin_sigma: float = 0.0):
         self.layout = layout
         self.p = prompt_len
         self.length = layout.length
@@ -40,10 +40,27 @@ class DualStreamLoss:
         same_block_prev[1:] = block[1:] == block[:-1]
         self.diffusable = same_block_prev.to(device)  # position j predicted inside its own noisy block
         self.mask_id = layout.tokenizer.mask_id
+        # Ordinal soft targets for bin tokens: a bin one step off is nearly right, so the target is a
+        # Gaussian over neighbouring bins (sigma in bins) instead of a one-hot. Digits stay one-hot.
+        self.soft = None
+        if bin_sigma > 0 and "bin" in layout.group_names:
+            tok = layout.tokenizer
+            index = torch.full((len(tok),), -1.0)
+            for t in tok.tokens:
+                if t.startswith("<bin_") and t.endswith(">"):
+                    index[tok.id(t)] = float(t[5:-1])
+            is_bin = index >= 0
+            d = index[:, None] - index[None, :]
+            soft = torch.exp(-0.5 * (d / bin_sigma) ** 2) * is_bin[:, None] * is_bin[None, :]
+            soft = torch.where(is_bin[:, None], soft / soft.sum(-1, keepdim=True).clamp_min(1e-12), torch.eye(len(tok)))
+            self.soft = soft.to(device)  # (V, V): row = target token, column = credited token
 
     def _ce(self, logits: torch.Tensor, target: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
         logits = logits.float().masked_fill(~self.allowed[None], -1e4)
-        ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        if self.soft is None:
+            ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
+        else:
+            ce = -(self.soft[target] * torch.log_softmax(logits, -1)).sum(-1)
         w = self.weight[None] * select
         return (ce * w).sum() / w.sum().clamp_min(1.0)
 

@@ -41,6 +41,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     curriculum: list[list[float]] = field(default_factory=lambda: [[1, 0.1], [4, 0.1], [8, 0.1], [16, 0.2], [32, 0.5]])
     distill_weight: float = 0.0  # > 0: JS distillation from the previous stage's (smaller-block) model
+    bin_sigma: float = 0.0  # > 0: Gaussian ordinal soft targets over bin tokens (sigma in bins)
     seed: int = 0
     save_every: int = 200
     data: dict[str, Any] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
@@ -148,7 +149,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                 teacher = (copy.deepcopy(model).eval(), losses[current_bs])
             current_bs = bs
         if bs not in losses:
-            losses[bs] = DualStreamLoss(Layout(bundle.schema, bundle.tokenizer, bs), bundle.config.prompt_len, device)
+            losses[bs] = DualStreamLoss(Layout(bundle.schema, bundle.tokenizer, bs), bundle.config.prompt_len, device,
+                                        cfg.bin_sigma)
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen)

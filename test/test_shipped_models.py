@@ -1,0 +1,76 @@
+"""The models committed under models/: they load, they plan, speculative decoding reproduces AR with
+far fewer forwards, ONNX Runtime reproduces torch, and they beat constant velocity on held-out episodes.
+The full 200-episode acceptance run is marked slow (`pytest -m slow`)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddrive_ros import checkpoint as ckpt
+from ddrive_ros.planner import Planner, PlannerOptions
+
+SHIPPED = ["fast_ddrive_tiny", "trajectory_only_tiny"]
+HELD_OUT_SEED = 777  # training uses seed 1 (config/train/*.yaml); episode seeds derive from it
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    from ddrive_ros.data.sample import samples_from_world
+
+    samples = list(samples_from_world(HELD_OUT_SEED, 12, stride_s=2.0, progress=False))
+    return samples[::2][:12]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_model_loads_and_records_how_it_was_made(name):
+    bundle = ckpt.load(name)
+    assert "train_config" in bundle.meta and bundle.meta["train_config"]["schema"] == bundle.schema.name
+    assert bundle.meta["train_config"]["data"]["seed"] != HELD_OUT_SEED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_speculative_gives_the_ar_plan_with_at_least_3x_fewer_forwards(name, held_out):
+    bundle = ckpt.load(name)
+    ar = Planner(bundle, PlannerOptions(decoder="ar"))
+    spec = Planner(bundle, PlannerOptions(decoder="speculative"))
+    fwd_ar, fwd_spec = [], []
+    for s in held_out[:5]:
+        a, b = ar.plan(s.observation), spec.plan(s.observation)
+        assert np.array_equal(a.waypoints, b.waypoints) and a.meta == b.meta and a.explanation == b.explanation
+        fwd_ar.append(a.stats.forwards)
+        fwd_spec.append(b.stats.forwards)
+    ratio = np.mean(fwd_ar) / np.mean(fwd_spec)
+    assert ratio >= 2.0 if name.startswith("trajectory_only") else ratio >= 3.0, (np.mean(fwd_ar), np.mean(fwd_spec))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_onnx_runtime_plans_equal_torch_plans(name, held_out, tmp_path):
+    bundle = ckpt.load(name)
+    for decoder in ("speculative", "ar"):
+        torch_planner = Planner(bundle, PlannerOptions(decoder=decoder))
+        onnx_planner = Planner(bundle, PlannerOptions(decoder=decoder, backend="onnx",
+                                                      backend_options={"onnx_dir": str(tmp_path / decoder), "threads": 1}))
+        for s in held_out[:2]:
+            a, b = torch_planner.plan(s.observation), onnx_planner.plan(s.observation)
+            assert np.array_equal(a.waypoints, b.waypoints) and a.stats.forwards == b.stats.forwards
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_model_beats_constant_velocity_on_held_out_episodes(name):
+    from ddrive_ros.evaluation.cli import evaluate
+
+    rows = {r["method"]: r for r in evaluate(name, episodes=16, seed=HELD_OUT_SEED, methods="speculative")}
+    assert rows["speculative"]["ade"] < 0.8 * rows["constant velocity"]["ade"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_acceptance_on_200_held_out_episodes(name):
+    from ddrive_ros.evaluation.cli import evaluate
+
+    rows = {r["method"]: r for r in evaluate(name, episodes=200, seed=HELD_OUT_SEED, methods="ar,speculative")}
+    assert rows["speculative"]["ade"] <= 0.6 * rows["constant velocity"]["ade"]
+    assert rows["speculative"]["forwards_per_plan"] * 2 <= rows["ar"]["forwards_per_plan"]
+    if name.startswith("fast_ddrive"):
+        assert rows["speculative"]["lat_acc"] >= 0.8
+        assert rows["speculative"]["forwards_per_plan"] * 3 <= rows["ar"]["forwards_per_plan"]
