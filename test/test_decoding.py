@@ -169,7 +169,12 @@ def test_s2d2_sampling_preserves_the_ar_distribution(tiny_fast):
     """The first verified token of the trajectory (a digit: 10 values) is sampled with
     min(1, q/p) acceptance and residual resampling; over many forked rows its empirical
     distribution must match the AR distribution q."""
-    bundle, n = tiny_fast, 3000
+    import copy
+
+    bundle, n = copy.deepcopy(tiny_fast), 3000
+    with torch.no_grad():  # sharpen the random model's outputs so draft (p) and AR (q) distributions differ
+        bundle.model.backbone.head.weight.mul_(12.0)
+        bundle.model.backbone.action_head.weight.mul_(12.0)
     layout = layout_for(bundle, "s2d2")
     backend = TorchBackend(bundle.model, layout.window, max_rows=n)
     prompt = backend.prompt(*inputs(bundle))
@@ -184,6 +189,13 @@ def test_s2d2_sampling_preserves_the_ar_distribution(tiny_fast):
     emp = torch.bincount(tokens, minlength=q.shape[0]).float() / n
     tv = 0.5 * (emp - q).abs().sum().item()
     assert tv < 0.06, f"TV(empirical, AR) = {tv:.3f}"
+    # the draft distribution p (bidirectional forward, position still masked) differs from q, so it is
+    # the accept/resample rule that brought the samples to q, not a draft that already matched it
+    drafted = ctx.x[:1].clone()
+    drafted[0, pos:ctx.valid] = torch.where(ctx.allowed[pos:ctx.valid].sum(-1) > 1, ctx.mask_id, drafted[0, pos:ctx.valid])
+    p_logits = backend.step(drafted, ctx.start, ctx.valid, True, ctx.action)
+    p = torch.softmax(p_logits[0, pos - 1].masked_fill(~ctx.allowed[pos], -1e9), -1)
+    assert 0.5 * (p - q).abs().sum().item() > 2 * tv
 
 
 def test_forked_rollouts_do_not_recompute_the_prefix_and_greedy_rollouts_equal_the_greedy_plan(tiny_fast):
