@@ -72,7 +72,8 @@ def score(name: str, preds: list[np.ndarray], samples, plans=None, horizon: floa
     l2 = [l2_at(p, t, times) for p, t in zip(preds, truth)]
     row: dict[str, Any] = {"method": name, "horizon_s": horizon, "ade": float(err.mean()), "fde": float(err[:, -1].mean())}
     for sec in (1, 2, 3, 4, 5):
-        row[f"l2_{sec}s"] = float(np.nanmean([d[float(sec)] for d in l2]))
+        if sec <= horizon + 1e-9:
+            row[f"l2_{sec}s"] = float(np.mean([d[float(sec)] for d in l2]))
     row["collision_rate"] = float(np.mean([collides(p, s, keep) for p, s in zip(preds, samples)]))
     if plans:
         labelled = [(p, s) for p, s in zip(plans, samples) if p.meta is not None and s.labels.meta is not None]
@@ -154,6 +155,9 @@ def draw(out: Path, samples, plans: dict, bundle, n: int = 4) -> None:
         ax.set_xlabel("left (m)  [x = -y]")
         ax.set_ylabel("forward (m)")
         ax.set_aspect("equal")
+        reach = max(20.0, float(np.abs(s.future_xy).max()) + 10.0, float(np.abs(p.trajectory[:, 1:3]).max()) + 10.0)
+        ax.set_xlim(-reach / 2, reach / 2)
+        ax.set_ylim(-5.0, reach)
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / f"bev_{k}.png", dpi=100)

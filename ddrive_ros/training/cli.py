@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(cfg.out)
     meta = {"command": "ddrive train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "",
             "train_config": raw, "samples": len(data), "final_loss": history[-1]["loss"] if history else None}
+    bundle.meta = {"seed": cfg.seed}  # trained, no longer the random initialisation
     ckpt.save(bundle, out, meta)
     plot_losses(history, out / "loss.png")
     (out / "history.json").write_text(json.dumps(history))
