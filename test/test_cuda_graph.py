@@ -43,13 +43,7 @@ class Setup:
             torch.tensor([self.tokenizer.id("<nav:TURN_RIGHT>")])
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Shared two-core CI machine: one torch thread is faster than two fighting other processes."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

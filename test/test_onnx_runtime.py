@@ -54,13 +54,7 @@ class Exported:
 _EXPORTS: dict[str, Exported] = {}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Two runtimes in one process on two shared cores: spinning thread pools starve each other, so one each."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def export_once(schema_name: str, tmp_path_factory) -> Exported:
