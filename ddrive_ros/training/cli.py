@@ -56,6 +56,11 @@ def run(args: argparse.Namespace) -> int:
     if args.steps:
         cfg.steps = args.steps
     bundle = ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed)
+    if cfg.init:  # fine-tune: same architecture and schema, weights from an existing checkpoint
+        start = ckpt.load(cfg.init)
+        if start.schema.name != cfg.schema or start.config.to_dict()["backbone"] != bundle.config.to_dict()["backbone"]:
+            raise ValueError(f"init checkpoint {cfg.init} does not match model {cfg.model} / schema {cfg.schema}")
+        bundle.model.load_state_dict(start.model.state_dict())
     codec = Codec(Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size))
     samples = load_samples(cfg.data)
     if not samples:

@@ -46,6 +46,7 @@ class TrainConfig:
     save_every: int = 200
     data: dict[str, Any] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
     threads: int = 0
+    init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
