@@ -130,10 +130,11 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     template = torch.as_tensor(layout.template_ids, device=device)
     out = template[None].clone()
     w = backend.window
-    traj = layout.schema.section_names.index("trajectory") if "trajectory" in layout.schema.section_names else -1
+    names = layout.schema.section_names
+    fork_at = layout.section_blocks(names.index("trajectory"))[0].index if "trajectory" in names else -1
     temperature = opt.temperature
     for block in layout.blocks:
-        if block.section == traj and out.shape[0] == 1 and block.start == layout.section_blocks(traj)[0].start:
+        if block.index == fork_at:
             if opt.rollouts > 1:
                 backend.fork(opt.rollouts, backend.prompt_len + block.start)
                 out = out.expand(opt.rollouts, -1).clone()

@@ -95,8 +95,7 @@ class S2D2:
     name: str = "s2d2"
 
     def begin_block(self, ctx: BlockContext) -> None:
-        if not hasattr(ctx, "verify_on") or ctx.verify_on.shape[0] != ctx.n:
-            ctx.verify_on = torch.zeros(ctx.n, dtype=torch.bool, device=ctx.x.device)
+        ctx.verify_on = torch.zeros(ctx.n, dtype=torch.bool, device=ctx.x.device)  # hysteresis state, per block
 
     def _alpha(self, probs: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
         if self.confidence == "margin":
