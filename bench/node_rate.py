@@ -14,7 +14,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from ddrive_ros.data.bag_writer import write_bag
+from ddrive_ros.sim.bag_writer import write_bag
 from ddrive_ros.ros.replay import ReplayOptions, replay
 
 

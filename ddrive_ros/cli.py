@@ -3,21 +3,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import sys
 
 # subcommand -> module with `register(subparsers)`; imported lazily so `ddrive schema` never loads torch or rclpy
 SUBCOMMANDS = {
-    "schema": "ddrive_ros.commands.schema_cmd",
+    "schema": "ddrive_ros.commands.schema",
     "model-info": "ddrive_ros.commands.model_info",
     "bench": "ddrive_ros.commands.bench",
-    "make-bag": "ddrive_ros.data.bag_writer",
-    "train": "ddrive_ros.training.cli",
-    "eval": "ddrive_ros.evaluation.cli",
-    "replay": "ddrive_ros.ros.replay_cli",
+    "make-bag": "ddrive_ros.commands.make_bag",
+    "train": "ddrive_ros.commands.train",
+    "eval": "ddrive_ros.commands.eval",
+    "replay": "ddrive_ros.commands.replay",
     "demo": "ddrive_ros.commands.demo",
-    "export": "ddrive_ros.runtime.export_cli",
+    "export": "ddrive_ros.commands.export",
 }
 
 
@@ -29,11 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
-        try:
-            importlib.import_module(module).register(sub)
-        except ModuleNotFoundError as e:
-            if not e.name or not e.name.startswith("ddrive_ros"):
-                raise
+        importlib.import_module(module).register(sub)
     return parser
 
 
@@ -49,10 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as e:
         print(f"ddrive {args.command}: error: {e}", file=sys.stderr)
         return 1
-
-
-def print_json(obj) -> None:
-    print(json.dumps(obj, indent=2))
 
 
 if __name__ == "__main__":

@@ -18,11 +18,10 @@ from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
 log = logging.getLogger(__name__)
-
-OUT_TIMES = np.arange(1, 21) * 0.25  # 20 waypoints at 0.25 s over 5 s
 
 
 @dataclass
@@ -105,10 +104,10 @@ class Planner:
         plan.stamp = obs.stamp
         v0 = np.array([obs.speed, 0.0])
         a0 = np.array([obs.accel, obs.speed * obs.yaw_rate])
-        curves = np.stack([jmt_interpolate(p.waypoints, p.waypoint_times, v0, a0, OUT_TIMES) for p in plans])
+        curves = np.stack([jmt_interpolate(p.waypoints, p.waypoint_times, v0, a0, OUTPUT_TIMES) for p in plans])
         xy = curves.mean(0)
-        yaw, speed = path_yaw_speed(xy, OUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
-        plan.trajectory = to_trajectory_array(OUT_TIMES, xy, yaw, speed)
+        yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
+        plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)
         if len(plans) > 1:
             plan.waypoints = np.mean([p.waypoints for p in plans], axis=0)
             plan.rollouts = [c for c in curves]

@@ -10,21 +10,20 @@ Contents:
   ("dd.d" / "sdd.d"), both clipping out-of-range values and flagging them;
 - minimum-jerk (JMT) interpolation of a few decoded waypoints onto the 20
   output stamps, plus heading/speed by finite differences;
-- metrics (ADE, FDE, L2 at fixed horizons) and a constant-velocity baseline.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ddrive_ros.timeline import OUTPUT_TIMES
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_OUT_TIMES_S: tuple[float, ...] = tuple(0.25 * k for k in range(1, 21))  # 20 stamps, 0.25 s .. 5.0 s
-DEFAULT_L2_HORIZONS_S: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0)
 
 # ----------------------------------------------------------------------------------------------
 # Frames
@@ -357,11 +356,11 @@ def jmt_interpolate(
 
     The start state is the ego pose: origin at t = 0 with ego-frame velocity `v0` and acceleration
     `a0` (vectors, m/s and m/s^2). `waypoint_times` must be positive and strictly increasing.
-    `out_times` defaults to 0.25 s .. 5.0 s (20 stamps). Stamps after the last waypoint hold the
+    `out_times` defaults to the plan's output stamps (timeline.OUTPUT_TIMES). Stamps after the last waypoint hold the
     last waypoint (the decoded plan says nothing beyond it, and extrapolating a quintic explodes);
     stamps before 0 hold the origin.
     """
-    times = np.asarray(DEFAULT_OUT_TIMES_S if out_times is None else out_times, dtype=float)
+    times = np.asarray(OUTPUT_TIMES if out_times is None else out_times, dtype=float)
     spline = fit_min_jerk(waypoints_xy, waypoint_times, v0, a0)
     if np.any(times > spline.end_time):
         logger.debug("jmt_interpolate: %d stamps after the last waypoint (%.2f s) hold it",
@@ -429,95 +428,3 @@ def to_trajectory_array(times: ArrayLike, xy: ArrayLike, yaw: ArrayLike, speed: 
     if not (len(pts) == len(yw) == len(v) == n):
         raise ValueError(f"lengths differ: times {n}, xy {len(pts)}, yaw {len(yw)}, speed {len(v)}")
     return np.column_stack([t, pts, yw, v])
-
-
-# ----------------------------------------------------------------------------------------------
-# Metrics and baseline
-# ----------------------------------------------------------------------------------------------
-
-
-def _errors(pred: ArrayLike, truth: ArrayLike, leading: int) -> np.ndarray:
-    """Per-waypoint L2 errors (..., K) after checking shapes (leading = number of batch axes)."""
-    p = np.asarray(pred, dtype=float)
-    g = np.asarray(truth, dtype=float)
-    if p.shape != g.shape or p.ndim != leading + 2 or p.shape[-1] != 2 or p.shape[-2] < 1:
-        raise ValueError(f"pred and truth must both be {'(B, ' if leading else '('}K, 2), got {p.shape} and {g.shape}")
-    return np.linalg.norm(p - g, axis=-1)
-
-
-def _l2_at_errors(diff: np.ndarray, times: np.ndarray, at: Iterable[float]) -> np.ndarray:
-    """L2 of linearly interpolated differences (..., K, 2) at each `at` -> (..., len(at)); NaN outside."""
-    at_arr = np.asarray(list(at), dtype=float)
-    k = diff.shape[-2]
-    if times.shape != (k,) or np.any(np.diff(times) <= 0.0):
-        raise ValueError(f"times must be ({k},) strictly increasing, got {times}")
-    inside = (at_arr >= times[0]) & (at_arr <= times[-1])
-    if k == 1:
-        values = np.repeat(diff[..., :1, :], len(at_arr), axis=-2)
-    else:
-        # Interpolating the difference equals differencing the interpolants: both are linear.
-        lo = np.clip(np.searchsorted(times, at_arr, side="right") - 1, 0, k - 2)
-        w = ((at_arr - times[lo]) / (times[lo + 1] - times[lo]))[:, None]
-        values = diff[..., lo, :] * (1.0 - w) + diff[..., lo + 1, :] * w
-    return np.where(inside, np.linalg.norm(values, axis=-1), np.nan)
-
-
-def ade(pred: ArrayLike, truth: ArrayLike) -> float:
-    """Average displacement error of one (K, 2) trajectory, metres."""
-    return float(_errors(pred, truth, 0).mean())
-
-
-def fde(pred: ArrayLike, truth: ArrayLike) -> float:
-    """Final displacement error of one (K, 2) trajectory, metres."""
-    return float(_errors(pred, truth, 0)[-1])
-
-
-def l2_at(
-    pred: ArrayLike, truth: ArrayLike, times: ArrayLike, at: Iterable[float] = DEFAULT_L2_HORIZONS_S
-) -> dict[float, float]:
-    """L2 distance at each horizon in `at` (seconds), interpolating linearly along `times`; NaN outside."""
-    _errors(pred, truth, 0)
-    at_list = [float(a) for a in at]
-    diff = np.asarray(pred, dtype=float) - np.asarray(truth, dtype=float)
-    values = _l2_at_errors(diff, np.asarray(times, dtype=float), at_list)
-    return {a: float(v) for a, v in zip(at_list, values)}
-
-
-@dataclass(frozen=True)
-class TrajectoryMetrics:
-    """Means over a batch of trajectories."""
-
-    ade: float
-    fde: float
-    l2_at: dict[float, float]
-    count: int
-
-
-def batch_metrics(
-    pred: ArrayLike, truth: ArrayLike, times: ArrayLike, at: Iterable[float] = DEFAULT_L2_HORIZONS_S
-) -> TrajectoryMetrics:
-    """ADE, FDE and L2 at horizons for (B, K, 2) predictions, averaged over the batch."""
-    errors = _errors(pred, truth, 1)
-    at_list = [float(a) for a in at]
-    diff = np.asarray(pred, dtype=float) - np.asarray(truth, dtype=float)
-    at_errors = _l2_at_errors(diff, np.asarray(times, dtype=float), at_list)  # (B, len(at))
-    means = at_errors.mean(axis=0) if len(errors) else np.full(len(at_list), np.nan)
-    return TrajectoryMetrics(
-        ade=float(errors.mean()) if errors.size else float("nan"),
-        fde=float(errors[:, -1].mean()) if errors.size else float("nan"),
-        l2_at={a: float(v) for a, v in zip(at_list, means)},
-        count=int(errors.shape[0]),
-    )
-
-
-def constant_velocity_prediction(speed: float, yaw_rate: float, times: ArrayLike) -> np.ndarray:
-    """Ego-frame positions (K, 2) at `times` holding speed and yaw rate (a circular arc, or a line).
-
-    x = v sin(w t) / w, y = v (1 - cos(w t)) / w, written with sinc so that w -> 0 is the straight
-    line x = v t without a branch or a division by zero.
-    """
-    t = np.asarray(times, dtype=float).reshape(-1)
-    theta = float(yaw_rate) * t
-    x = float(speed) * t * np.sinc(theta / np.pi)  # np.sinc(u) = sin(pi u) / (pi u)
-    y = float(speed) * t * 0.5 * theta * np.sinc(theta / (2.0 * np.pi)) ** 2  # 1 - cos = 2 sin^2(theta / 2)
-    return np.column_stack([x, y])

@@ -9,20 +9,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddrive_ros.data import bag_topics as T
-from ddrive_ros.data.bag_reader import BagError, extract_samples
-from ddrive_ros.data.bag_writer import register, write_bag
-from ddrive_ros.data.image_codec import (
+from ddrive_ros.bags import topics as T
+from ddrive_ros.bags.io import typestore
+from ddrive_ros.bags.reader import BagError, extract_samples
+from ddrive_ros.commands.make_bag import register
+from ddrive_ros.sim.bag_writer import write_bag
+from ddrive_ros.bags.image_codec import (
     ImageFormatError,
     compressed_to_msg,
-    default_typestore,
     image_from_msg,
     image_to_msg,
     raw_to_rgb,
     rgb_to_raw,
     stamp_to_ns,
 )
-from ddrive_ros.data.sample import samples_from_world
+from ddrive_ros.sim.sample import samples_from_world
 from ddrive_ros.observation import CAMERAS
 
 pytest.importorskip("rosbags")
@@ -51,7 +52,7 @@ def world_samples():
 # -- layout -----------------------------------------------------------------------------------
 def test_bag_is_a_standard_rosbag2_folder_with_the_documented_topics(bag):
     assert (bag / "metadata.yaml").is_file() and list(bag.glob("*.mcap"))
-    ts = default_typestore()
+    ts = typestore()
     with Reader(bag) as reader:
         topics = {c.topic: c.msgtype for c in reader.connections}
         for cam in CAMERAS:
@@ -234,15 +235,17 @@ def test_image_codec_encodings_and_errors():
     grey = raw_to_rgb(e, h, w, step, data)
     assert grey.shape == (6, 5, 3) and np.all(grey[..., 0] == grey[..., 2])
     with pytest.raises(ImageFormatError) as err:
-        raw_to_rgb("rgb8", 6, 5, 16, bytes(96))
+        raw_to_rgb("rgb8", 6, 5, 14, bytes(84))  # a row shorter than its pixels
     assert err.value.reason == "bad_step"
+    padded = np.concatenate([rgb, np.zeros((6, 1, 3), np.uint8)], axis=1)  # 16-byte rows: padding is allowed
+    np.testing.assert_array_equal(raw_to_rgb("rgb8", 6, 5, 18, padded.tobytes()), rgb)
     with pytest.raises(ImageFormatError) as err:
         raw_to_rgb("rgb8", 6, 5, 15, bytes(80))
     assert err.value.reason == "bad_size"
     with pytest.raises(ImageFormatError) as err:
         raw_to_rgb("16UC1", 6, 5, 10, bytes(60))
     assert err.value.reason == "unsupported_encoding" and isinstance(err.value, ValueError)
-    ts = default_typestore()
+    ts = typestore()
     msg = image_to_msg(rgb, 1_500_000_000, "camera_front", ts, encoding="bgr8")
     back = ts.deserialize_cdr(ts.serialize_cdr(msg, "sensor_msgs/msg/Image"), "sensor_msgs/msg/Image")
     np.testing.assert_array_equal(image_from_msg(back), rgb)

@@ -17,7 +17,7 @@ def test_help_lists_every_subcommand():
 
 
 def test_make_bag_writes_a_bag_the_extractor_reads_back(tmp_path):
-    from ddrive_ros.data.bag_reader import extract_samples
+    from ddrive_ros.bags.reader import extract_samples
 
     res = ddrive("make-bag", "--episodes", "1", "--seed", "3", "--duration", "8", "--out", str(tmp_path / "bag"))
     assert res.returncode == 0, res.stderr

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from ddrive_ros.ros.bagtools import Faults, write_simple_bag
+from ddrive_ros.bags.simple_drive import Faults, write_simple_bag
 from ddrive_ros.ros.replay import ReplayOptions, replay
 
 DOMAIN = os.getpid() % 200 + 20
@@ -96,8 +96,8 @@ def test_faults_stale_camera_malformed_images_nan_odometry(tmp_path):
     # invalid messages dropped and counted, visible in diagnostics
     values = _inputs_status(out["diagnostics"][-1])["values"]
     assert int(values["dropped/nan_odometry"]) == 2
-    assert int(values["dropped/size_mismatch"]) >= 1
-    assert int(values["dropped/bad_encoding"]) >= 1
+    assert int(values["dropped/bad_step"]) >= 1
+    assert int(values["dropped/unsupported_encoding"]) >= 1
 
 
 def _soak(tmp_path, seconds: float, domain_offset: int):

@@ -125,37 +125,48 @@ def test_unknown_navigation_command_dropped():
 
 
 # ------------------------------------------------------------------ conversions
+def _raw(encoding, height, width, step, data):
+    from sensor_msgs.msg import Image
+
+    return Image(encoding=encoding, height=height, width=width, step=step, data=bytes(data))
+
+
 def test_decode_raw_encodings():
     rgb = np.random.default_rng(0).integers(0, 255, (6, 5, 3), dtype=np.uint8)
-    f = convert.rgb_to_image_fields(rgb)
-    np.testing.assert_array_equal(convert.decode_raw(f["encoding"], f["height"], f["width"], f["step"], f["data"]), rgb)
+    np.testing.assert_array_equal(convert.image_to_rgb(_raw("rgb8", 6, 5, 15, rgb.tobytes())), rgb)
     bgr = rgb[..., ::-1].copy()
-    np.testing.assert_array_equal(convert.decode_raw("bgr8", 6, 5, 15, bgr.tobytes()), rgb)
+    np.testing.assert_array_equal(convert.image_to_rgb(_raw("bgr8", 6, 5, 15, bgr.tobytes())), rgb)
     # row padding (step > width * 3) is honoured
     padded = np.concatenate([rgb, np.zeros((6, 1, 3), np.uint8)], axis=1)
-    np.testing.assert_array_equal(convert.decode_raw("rgb8", 6, 5, 18, padded.tobytes()), rgb)
-    mono = convert.decode_raw("mono8", 6, 5, 5, rgb[..., 0].tobytes())
+    np.testing.assert_array_equal(convert.image_to_rgb(_raw("rgb8", 6, 5, 18, padded.tobytes())), rgb)
+    rgba = np.concatenate([rgb, np.full((6, 5, 1), 255, np.uint8)], axis=2)
+    np.testing.assert_array_equal(convert.image_to_rgb(_raw("bgra8", 6, 5, 20, rgba[..., [2, 1, 0, 3]].tobytes())), rgb)
+    mono = convert.image_to_rgb(_raw("mono8", 6, 5, 5, rgb[..., 0].tobytes()))
     assert mono.shape == (6, 5, 3)
 
 
 @pytest.mark.parametrize("fields,reason", [
-    (("yuv422", 6, 5, 10, b"\0" * 60), "bad_encoding"),
-    (("rgb8", 6, 5, 15, b"\0" * 80), "size_mismatch"),  # data length != step * height
-    (("rgb8", 6, 5, 12, b"\0" * 72), "size_mismatch"),  # step < width * 3
-    (("rgb8", 0, 5, 15, b""), "size_mismatch"),
+    (("yuv422", 6, 5, 10, b"\0" * 60), "unsupported_encoding"),
+    (("rgb8", 6, 5, 15, b"\0" * 80), "bad_size"),  # data length != step * height
+    (("rgb8", 6, 5, 12, b"\0" * 72), "bad_step"),  # step < width * 3
+    (("rgb8", 6, 5, 22, b"\0" * 90), "bad_step"),  # a step the data does not fit
+    (("rgb8", 0, 5, 15, b""), "bad_size"),
 ])
 def test_malformed_images_raise_with_reason(fields, reason):
     with pytest.raises(convert.InvalidMessage) as e:
-        convert.decode_raw(*fields)
+        convert.image_to_rgb(_raw(*fields))
     assert e.value.reason == reason
 
 
 def test_compressed_roundtrip_and_garbage():
     from sensor_msgs.msg import CompressedImage
 
+    from ddrive_ros.bags.image_codec import rgb_to_compressed
+
     rgb = np.zeros((16, 24, 3), np.uint8)
     rgb[..., 0] = 200
-    out = convert.image_to_rgb(CompressedImage(format="jpeg", data=convert.rgb_to_jpeg(rgb)))
+    fmt, data = rgb_to_compressed(rgb)
+    out = convert.image_to_rgb(CompressedImage(format=fmt, data=data.tobytes()))
     assert out.shape == (16, 24, 3) and abs(int(out[..., 0].mean()) - 200) < 5 and out[..., 2].mean() < 10
     with pytest.raises(convert.InvalidMessage) as e:
         convert.image_to_rgb(CompressedImage(format="jpeg", data=b"not a jpeg"))

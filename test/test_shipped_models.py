@@ -15,7 +15,7 @@ HELD_OUT_SEED = 777  # training uses seed 1 (config/train/*.yaml); episode seeds
 
 @pytest.fixture(scope="module")
 def held_out():
-    from ddrive_ros.data.sample import samples_from_world
+    from ddrive_ros.sim.sample import samples_from_world
 
     samples = list(samples_from_world(HELD_OUT_SEED, 12, stride_s=2.0, progress=False))
     return samples[::2][:12]
@@ -58,7 +58,7 @@ def test_onnx_runtime_plans_equal_torch_plans(name, held_out, tmp_path):
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_model_beats_constant_velocity_on_held_out_episodes(name):
-    from ddrive_ros.evaluation.cli import evaluate
+    from ddrive_ros.evaluation.evaluate import evaluate
 
     rows = {r["method"]: r for r in evaluate(name, episodes=16, seed=HELD_OUT_SEED, methods="speculative")}
     assert rows["speculative"]["ade"] < 0.8 * rows["constant velocity"]["ade"]
@@ -67,7 +67,7 @@ def test_shipped_model_beats_constant_velocity_on_held_out_episodes(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_acceptance_on_200_held_out_episodes(name):
-    from ddrive_ros.evaluation.cli import evaluate
+    from ddrive_ros.evaluation.evaluate import evaluate
 
     rows = {r["method"]: r for r in evaluate(name, episodes=200, seed=HELD_OUT_SEED, methods="ar,speculative")}
     assert rows["speculative"]["ade"] <= 0.6 * rows["constant velocity"]["ade"]

@@ -16,7 +16,7 @@ from ddrive_ros.training.trainer import TrainConfig, block_size_at, lr_at, stage
 
 @pytest.fixture(scope="module")
 def world_samples():
-    from ddrive_ros.data.sample import samples_from_world
+    from ddrive_ros.sim.sample import samples_from_world
 
     return list(samples_from_world(123, 1, duration_s=8.0, stride_s=1.0, progress=False))[:6]
 

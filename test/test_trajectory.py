@@ -9,21 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddrive_ros.evaluation.metrics import ade, batch_metrics, constant_velocity_prediction, fde, l2_at
 from ddrive_ros.trajectory import (
     MinJerkSpline,
     Quantizer,
-    ade,
-    batch_metrics,
-    constant_velocity_prediction,
     digits_decode,
     digits_decode_array,
     digits_encode,
     digits_encode_array,
     ego_to_world,
-    fde,
     fit_min_jerk,
     jmt_interpolate,
-    l2_at,
     path_yaw_speed,
     quaternion_to_yaw,
     to_trajectory_array,

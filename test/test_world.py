@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from ddrive_ros import share_dir
-from ddrive_ros.data.camera import default_cameras, rotation_to_quaternion
-from ddrive_ros.data.labels import (
+from ddrive_ros.sim.camera import default_cameras, rotation_to_quaternion
+from ddrive_ros.sim.labels import (
     CRITICAL_OBJECTS,
     HORIZON_STEPS,
     MAX_EXPLANATION_TOKENS,
@@ -20,20 +20,20 @@ from ddrive_ros.data.labels import (
     meta_behavior,
     unknown_words,
 )
-from ddrive_ros.data.polyline import Polyline
-from ddrive_ros.data.render import Renderer, clip_polygon
-from ddrive_ros.data.road import Road, Route
-from ddrive_ros.data.sample import (
+from ddrive_ros.sim.polyline import Polyline
+from ddrive_ros.sim.render import Renderer, clip_polygon
+from ddrive_ros.sim.road import Road, Route
+from ddrive_ros.sim.sample import (
     EGO_BOX_OFFSET,
     EGO_HALF_EXTENTS,
-    FUTURE_TIMES,
     episode_seeds,
     iter_samples,
     make_sample,
     valid_anchor_frames,
 )
-from ddrive_ros.data.scenario import sample_scenario
-from ddrive_ros.data.world import SIM_DT, Episode
+from ddrive_ros.sim.scenario import sample_scenario
+from ddrive_ros.timeline import OUTPUT_TIMES as FUTURE_TIMES
+from ddrive_ros.sim.world import SIM_DT, Episode
 from ddrive_ros.observation import CAMERAS, NAV_COMMANDS
 from ddrive_ros.plan import MetaBehavior
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ def register(sub) -> None:
         b.add_argument("--plans", type=int, default=5)
         b.add_argument("--json", default=None, help="write the rows as JSON to this file")
         b.add_argument("--device", default="cpu")
+        b.add_argument("--random-observations", action="store_true",
+                       help="plan on random pixels instead of synthetic-world observations (recorded in the JSON)")
         if name == "runtime":
             b.add_argument("--backends", default="torch,onnx", help="comma-separated backends")
         b.set_defaults(func=run_decoding if name == "decoding" else run_runtime)
@@ -46,16 +49,20 @@ def load_bundle(args):
     return ckpt.build_random(args.config, args.schema)
 
 
-def bench_observations(n: int, seed: int = 0):
-    """Observations to plan on: the synthetic world's when available, else random pixels."""
-    try:
-        from ddrive_ros.data.samples import samples_from_world
+def bench_observations(n: int, seed: int = 0, source: str = "world"):
+    """Observations to plan on: camera images and ego states of synthetic-world episodes (seed
+    10_000 + seed, never a training or evaluation seed), or random pixels when asked for."""
+    if source == "world":
+        from ddrive_ros.sim.sample import samples_from_world
 
-        samples = list(samples_from_world(seed=10_000 + seed, n_episodes=max(1, n // 4 + 1)))[:n]
-        if len(samples) >= n:
-            return [s.observation for s in samples]
-    except Exception as e:  # noqa: BLE001 - fall back to random pixels, say why
-        log.debug("synthetic world unavailable for benchmarks (%s); using random observations", e)
+        samples = []
+        for sample in samples_from_world(seed=10_000 + seed, n_episodes=max(1, n // 4 + 1), progress=False):
+            samples.append(sample)
+            if len(samples) == n:
+                return [s.observation for s in samples]
+        raise ValueError(f"the synthetic world gave {len(samples)} observations, {n} asked for")
+    if source != "random":
+        raise ValueError(f"observation source must be world or random, got {source!r}")
     from ddrive_ros.observation import Observation
 
     rng = np.random.default_rng(seed)
@@ -85,7 +92,8 @@ def measure(bundle, observations, decoder: str, knobs: dict, backend: str = "tor
 
 def run_decoding(args: argparse.Namespace) -> int:
     bundle = load_bundle(args)
-    obs = bench_observations(args.plans)
+    source = observation_source(args)
+    obs = bench_observations(args.plans, source=source)
     rows = []
     from tqdm import tqdm
 
@@ -100,18 +108,60 @@ def run_decoding(args: argparse.Namespace) -> int:
     for r in rows:
         r.pop("_ids")
     src = args.checkpoint or f"{args.config} (random weights), schema {args.schema}"
-    print(f"decoding benchmark: {src}, {args.plans} plans, backend torch on {args.device}")
+    print(f"decoding benchmark: {src}, {args.plans} plans on {source} observations, backend torch on {args.device}")
     print(f"{'decoder':<16}{'fwd/plan':>9}{'tok/fwd':>8}{'ms/plan':>9}{'x AR (time)':>12}{'x AR (fwd)':>11}  identical to AR")
     for r in rows:
         print(f"{r['decoder']:<16}{r['forwards_per_plan']:>9.1f}{r['tokens_per_forward']:>8.2f}{r['ms_per_plan']:>9.1f}"
               f"{r['ratio_to_ar']:>12.2f}{r['forward_ratio_to_ar']:>11.2f}  {r['identical_to_ar']}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"source": src, "plans": args.plans, "rows": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"source": src, "observation_source": source, "plans": args.plans,
+                                                     "rows": rows}, indent=2))
     return 0
 
 
-def run_runtime(args: argparse.Namespace) -> int:
-    from ddrive_ros.runtime.bench import run_runtime_bench
+def observation_source(args: argparse.Namespace) -> str:
+    return "random" if args.random_observations else "world"
 
-    return run_runtime_bench(args, load_bundle(args), bench_observations(args.plans))
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_runtime(args: argparse.Namespace) -> int:
+    """Decoder x backend table, ratios against AR on torch eager in the same run."""
+    from tqdm import tqdm
+
+    bundle = load_bundle(args)
+    source = observation_source(args)
+    observations = bench_observations(args.plans, source=source)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    rows = []
+    for backend in backends:
+        for label, decoder, knobs in tqdm(DECODERS, desc=f"{backend}", leave=False):
+            try:
+                r = measure(bundle, observations, decoder, knobs, backend=backend, device=args.device)
+            except (RuntimeError, ImportError, ValueError) as e:  # a backend missing here is a row, not a crash
+                log.warning("backend %s, decoder %s: %s", backend, label, e)
+                rows.append({"backend": backend, "decoder": label, "error": str(e)})
+                continue
+            r.pop("_ids")
+            rows.append({"backend": backend, "decoder": label, **r, "peak_rss_mb": peak_rss_mb()})
+    base = next((r for r in rows if r.get("backend") == "torch" and r["decoder"] == "ar" and "error" not in r), None)
+    src = args.checkpoint or f"{args.config} (random weights), schema {args.schema}"
+    print(f"runtime benchmark: {src}, {args.plans} plans on {source} observations, {args.device}; "
+          "ratios vs AR on torch eager, same run")
+    print(f"{'backend':<10}{'decoder':<16}{'fwd/plan':>9}{'tok/fwd':>8}{'ms/plan':>9}{'ms/tok':>8}{'tok/s':>8}{'peak MB':>9}{'x AR':>7}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['backend']:<10}{r['decoder']:<16}  error: {r['error'][:80]}")
+            continue
+        r["ratio_to_ar_eager"] = base["ms_per_plan"] / r["ms_per_plan"] if base else None
+        print(f"{r['backend']:<10}{r['decoder']:<16}{r['forwards_per_plan']:>9.1f}{r['tokens_per_forward']:>8.2f}"
+              f"{r['ms_per_plan']:>9.1f}{r['ms_per_token']:>8.2f}{r['tokens_per_s']:>8.0f}{r['peak_rss_mb']:>9.0f}"
+              f"{(r['ratio_to_ar_eager'] or 0):>7.2f}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"source": src, "observation_source": source, "plans": args.plans,
+                                               "rows": rows}, indent=2))
+    return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -32,22 +33,14 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def make_bag(out: Path, duration: float, seed: int) -> tuple[Path, str]:
-    """The synthetic world's bag when its writer is available, else the simple built-in drive."""
-    try:
-        from ddrive_ros.data import bag_writer  # the synthetic world's writer (rendered cameras, expert driving)
+def make_bag(out: Path, duration: float, seed: int) -> Path:
+    """The synthetic world's episode `seed` as a rosbag2 folder (rendered cameras, expert driving)."""
+    from ddrive_ros.sim.bag_writer import write_bag
 
-        if out.exists():
-            import shutil
-
-            shutil.rmtree(out)
-        bag_writer.write_bag(out, [seed], duration_s=max(duration, 7.0), progress=False)
-        return out, f"synthetic world, episode seed {seed} (ddrive_ros.data.bag_writer)"
-    except Exception as e:  # noqa: BLE001 - any failure: fall back to the simple drive and say so
-        log.info("synthetic world bag writer not usable (%s); writing the simple built-in drive", e)
-        from ddrive_ros.ros.bagtools import write_simple_bag
-
-        return write_simple_bag(out, duration_s=duration), "simple built-in drive (ddrive_ros.ros.bagtools)"
+    if out.exists():
+        shutil.rmtree(out)
+    write_bag(out, [seed], duration_s=max(duration, 7.0), progress=False)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         # random weights rarely agree with themselves, so speculative decoding degrades to ~1 token per forward
         params.update(decoder="diffusion", steps=2)
     print(f"[1/3] writing a {args.duration:.0f} s synthetic bag ...")
-    bag, source = make_bag(out / "input_bag", args.duration, args.seed)
-    print(f"      {bag} ({source})")
+    bag = make_bag(out / "input_bag", args.duration, args.seed)
+    print(f"      {bag} (synthetic world, episode seed {args.seed})")
     print(f"[2/3] starting the planner node ({checkpoint}, decoder {params['decoder']}) and replaying at rate {args.rate} ...")
     report = replay(ReplayOptions(
         bag=bag, rate=args.rate, out=out, json=out / "metrics.json", frames=args.frames, start_node=True,

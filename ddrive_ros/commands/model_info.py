@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def register(sub) -> None:
@@ -14,12 +15,11 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrive_ros.checkpoint import build_random
-    from ddrive_ros.cli import print_json
 
     bundle = build_random(args.config, args.schema)
     counts = bundle.model.param_counts()
     if args.json:
-        print_json(counts)
+        print(json.dumps(counts, indent=2))
     else:
         for k, v in counts.items():
             print(f"{k:<22}{v:>14,d}  ({v / 1e6:.2f} M)")

@@ -6,21 +6,16 @@ message is built; parsing works on any object with the usual attributes (rclpy o
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from typing import Any
 
-import cv2
 import numpy as np
 
 from ddrive_ros.trajectory import quaternion_to_yaw, yaw_to_quaternion
 
-try:  # the pixel conversions shared with the bag tools (synthetic world); local fallback below
-    from ddrive_ros.data import image_codec as _codec
-except ImportError:  # pragma: no cover - the data layer is optional for the node
-    _codec = None
-
-CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc3": 3, "8uc1": 1}
+from ddrive_ros.bags import image_codec
 
 
 class InvalidMessage(ValueError):
@@ -49,69 +44,22 @@ def to_stamp(t: float):
 
 
 # ------------------------------------------------------------------ images
-def decode_raw(encoding: str, height: int, width: int, step: int, data: bytes | np.ndarray) -> np.ndarray:
-    """Raw image fields -> (H, W, 3) uint8 RGB. Raises InvalidMessage on anything inconsistent."""
-    enc = (encoding or "").lower()
-    if enc not in CHANNELS:
-        raise InvalidMessage("bad_encoding", f"unsupported encoding {encoding!r}; expected one of {sorted(CHANNELS)}")
-    ch = CHANNELS[enc]
-    if height <= 0 or width <= 0:
-        raise InvalidMessage("size_mismatch", f"empty image {width}x{height}")
-    if step < width * ch:
-        raise InvalidMessage("size_mismatch", f"step {step} < width {width} x {ch} channels")
-    buf = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), dtype=np.uint8)
-    if buf.size != step * height:
-        raise InvalidMessage("size_mismatch", f"data has {buf.size} bytes, expected step {step} x height {height}")
-    if _codec is not None and enc in _codec.CHANNELS and step == width * ch:
-        try:
-            return _codec.raw_to_rgb(enc, height, width, step, buf)
-        except _codec.ImageFormatError as e:
-            raise InvalidMessage("size_mismatch", str(e)) from e
-    img = buf.reshape(height, step)[:, : width * ch].reshape(height, width, ch)  # padded rows, rgba, bgra
-    if enc in ("rgb8", "8uc3"):
-        return np.ascontiguousarray(img)
-    if enc == "bgr8":
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    if enc == "rgba8":
-        return cv2.cvtColor(img, cv2.COLOR_RGBA2RGB)
-    if enc == "bgra8":
-        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
-    return cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2RGB)
-
-
-def decode_compressed(fmt: str, data: bytes | np.ndarray) -> np.ndarray:
-    buf = np.frombuffer(bytes(data) if not isinstance(data, np.ndarray) else data.tobytes(), dtype=np.uint8)
-    if _codec is not None:
-        try:
-            return _codec.compressed_to_rgb(fmt, buf)
-        except _codec.ImageFormatError as e:
-            raise InvalidMessage("decode_failed", str(e)) from e
-    if buf.size == 0:
-        raise InvalidMessage("decode_failed", "empty compressed image")
-    img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
-    if img is None:
-        raise InvalidMessage("decode_failed", f"could not decode compressed image (format {fmt!r})")
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-
-
 def image_to_rgb(msg: Any) -> np.ndarray:
-    """sensor_msgs/Image or sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB."""
-    if hasattr(msg, "encoding"):
-        return decode_raw(msg.encoding, int(msg.height), int(msg.width), int(msg.step), msg.data)
-    return decode_compressed(getattr(msg, "format", ""), msg.data)
+    """sensor_msgs/Image or sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB (the bag tools' codec).
+    Raises InvalidMessage whose reason is the codec's (unsupported_encoding, bad_step, bad_size,
+    decode_failed)."""
+    try:
+        if hasattr(msg, "encoding"):
+            return image_codec.raw_to_rgb(msg.encoding, int(msg.height), int(msg.width), int(msg.step), msg.data)
+        return image_codec.compressed_to_rgb(getattr(msg, "format", ""), msg.data)
+    except image_codec.ImageFormatError as e:
+        raise InvalidMessage(e.reason, str(e)) from e
 
 
-def rgb_to_image_fields(rgb: np.ndarray) -> dict[str, Any]:
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    h, w = rgb.shape[:2]
-    return {"encoding": "rgb8", "height": h, "width": w, "step": w * 3, "is_bigendian": 0, "data": rgb.tobytes()}
-
-
-def rgb_to_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
-    ok, buf = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, quality])
-    if not ok:
-        raise ValueError("JPEG encoding failed")
-    return buf.tobytes()
+def msg_class(msgtype: str):
+    """The rclpy message class of a type name such as 'sensor_msgs/msg/Image'."""
+    pkg, _, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{pkg}.msg"), name)
 
 
 # ------------------------------------------------------------------ odometry

@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from ddrive_ros.ros import convert
-from ddrive_ros.ros.bagtools import BagOut, bag_topics, msg_class, read_bag
+from ddrive_ros.bags.io import BagWriter, bag_topics, read_messages
+from ddrive_ros.ros.convert import msg_class
 from ddrive_ros.trajectory import world_to_ego
 
 log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ def replay(opts: ReplayOptions) -> dict[str, Any]:
         last_rss = start_wall
         published = 0
         clock = Clock()
-        for topic, _mtype, t_ns, raw in read_bag(bag, set(pubs)):
+        for topic, _mtype, t_ns, raw in read_messages(bag, set(pubs)):
             if first_ns is None:
                 first_ns = t_ns
             due = start_wall + (t_ns - first_ns) * 1e-9 / max(opts.rate, 1e-6)
@@ -231,9 +232,9 @@ def replay(opts: ReplayOptions) -> dict[str, Any]:
     with rec_lock:
         recorded.sort(key=lambda r: r[2])
     rec_bag = out / "recorded"
-    with BagOut(rec_bag) as bag_out:
+    with BagWriter(rec_bag, overwrite=True) as bag_out:
         for topic, mtype, t_ns, raw in recorded:
-            bag_out.write(topic, mtype, t_ns, raw)
+            bag_out.write(topic, t_ns, raw, msgtype=mtype)
     report["recorded_bag"] = str(rec_bag)
     outputs = parse_outputs(recorded)
     report["counts"] = {k: len(v) for k, v in outputs.items()}
@@ -291,7 +292,7 @@ def load_odometry(bag: str | Path, topic: str = "/odom") -> np.ndarray:
     from rclpy.serialization import deserialize_message
 
     rows = []
-    for _t, mtype, _ns, raw in read_bag(bag, {topic}):
+    for _t, mtype, _ns, raw in read_messages(bag, {topic}):
         try:
             t, x, y, yaw, _v, _w = convert.odometry_to_state(deserialize_message(raw, msg_class(mtype)))
         except convert.InvalidMessage:
@@ -365,7 +366,7 @@ def write_frames(bag: str | Path, plans: list[dict], out: Path, n: int) -> list[
     cam_topics = {t: t.split("/")[2] for t in bag_topics(bag)
                   if t.startswith("/camera/") and t.count("/") >= 3 and t.endswith(("image_raw", "compressed"))}
     cam_topics = {t: c for t, c in cam_topics.items() if c in CAMERAS}
-    for topic, mtype, _ns, raw in read_bag(bag, set(cam_topics)):
+    for topic, mtype, _ns, raw in read_messages(bag, set(cam_topics)):
         msg = deserialize_message(raw, msg_class(mtype))
         key = round(convert.stamp_to_sec(msg.header.stamp), 6)
         if key in want:
@@ -406,7 +407,7 @@ def write_frames(bag: str | Path, plans: list[dict], out: Path, n: int) -> list[
 def _draw_camera(img: np.ndarray, cam_name: str, plan_xy: np.ndarray, gt_xy: np.ndarray | None) -> np.ndarray:
     import cv2
 
-    from ddrive_ros.data.camera import default_cameras
+    from ddrive_ros.sim.camera import default_cameras
 
     img = img.copy()
     cam = {c.name: c for c in default_cameras(img.shape[1], img.shape[0])}[cam_name]

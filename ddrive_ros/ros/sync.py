@@ -5,29 +5,23 @@ unit-tests without ROS. The node feeds messages in, a timer asks `Synchronizer.b
 `Observation`, and the answer is either an observation or a `SyncError` naming why there is none.
 
 - Cameras: one bounded ring buffer per camera (deque(maxlen)). The front camera is the anchor:
-  the newest front frame fixes t0; the side cameras must have a frame within `tolerance_s` of it.
-  The history frame is the front frame closest to t0 - history_s (again within tolerance), and the
-  side cameras are matched to that frame the same way.
-- Odometry: a bounded history (by age) of (t, x, y, yaw, v, yaw_rate) in the odom frame. The
-  ego state at t0 is interpolated; accel comes from speed differences; past_xy are past positions
-  interpolated at t0 - (2.0, 1.5, 1.0, 0.5) s and expressed in the ego frame at t0.
+  the newest front frame with a complete set fixes t0 (see `Synchronizer.build`).
+- Odometry: a bounded history (by age) of (t, x, y, yaw, v, yaw_rate) in the odom frame.
+- Which frames, and how the ego state becomes observation fields, is the shared observation
+  recipe (`ddrive_ros.observation_recipe`), the same one the bag extractor and the world use.
 """
 from __future__ import annotations
 
 import math
 import threading
-from bisect import bisect_left
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-import cv2
 import numpy as np
 
-from ddrive_ros.observation import CAMERAS, NAV_COMMANDS, PAST_STEPS, Observation
-from ddrive_ros.trajectory import wrap_angle, world_to_ego
+from ddrive_ros.observation import CAMERAS, NAV_COMMANDS, Observation
+from ddrive_ros.observation_recipe import ANCHOR, EgoTrack, RecipeError, assemble, ego_inputs, match_frames
 
-PAST_TIMES = -0.5 * np.arange(PAST_STEPS, 0, -1)  # -2.0, -1.5, -1.0, -0.5 s
-ANCHOR = "front"
 
 
 class SyncError(RuntimeError):
@@ -88,6 +82,12 @@ class FrameBuffer:
         self.frames.append(StampedImage(float(stamp), image))
         return True
 
+    def at(self, stamp: float) -> np.ndarray:
+        for f in reversed(self.frames):
+            if f.stamp == stamp:
+                return f.image
+        raise KeyError(f"no frame stamped {stamp}")
+
     def closest(self, t: float, tolerance: float) -> StampedImage | None:
         best = None
         for f in self.frames:
@@ -134,43 +134,21 @@ class OdomHistory:
     def clear(self) -> None:
         self.samples.clear()
 
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        arr = np.array([(s.t, s.x, s.y, s.yaw, s.v, s.yaw_rate) for s in self.samples], dtype=float)
-        return arr[:, 0], arr[:, 1:]
-
-    def state_at(self, t: float) -> np.ndarray:
-        """(x, y, yaw, v, yaw_rate) at time t: interpolated inside the history; outside it the
-        nearest end sample moved at constant speed and heading (short extrapolation)."""
+    def track(self) -> EgoTrack:
         if not self.samples:
             raise SyncError("no_odometry")
-        ts, vals = self._arrays()
-        if t <= ts[0] or t >= ts[-1]:
-            i = 0 if t <= ts[0] else len(ts) - 1
-            x, y, yaw, v, w = vals[i]
-            dt = t - ts[i]
-            return np.array([x + v * dt * math.cos(yaw), y + v * dt * math.sin(yaw), yaw, v, w])
-        j = bisect_left(ts.tolist(), t)
-        a = (t - ts[j - 1]) / (ts[j] - ts[j - 1])
-        lo, hi = vals[j - 1], vals[j]
-        out = lo + a * (hi - lo)
-        out[2] = float(wrap_angle(lo[2] + a * float(wrap_angle(hi[2] - lo[2]))))
-        return out
+        return EgoTrack.from_rows([(s.t, s.x, s.y, s.yaw, s.v, s.yaw_rate) for s in self.samples])
 
-    def accel_at(self, t: float, window_s: float = 0.2) -> float:
-        """Longitudinal acceleration from speed differences over `window_s` ending at t."""
-        if len(self.samples) < 2:
-            return 0.0
-        ts, _ = self._arrays()
-        t_lo = max(t - window_s, ts[0])
-        if t - t_lo < 1e-3:
-            return 0.0
-        return float((self.state_at(t)[3] - self.state_at(t_lo)[3]) / (t - t_lo))
+    def state_at(self, t: float) -> np.ndarray:
+        """(x, y, yaw, v, yaw_rate) at time t (the observation recipe's interpolation)."""
+        return self.track().states([t])[0]
+
+    def accel_at(self, t: float) -> float:
+        return ego_inputs(self.track(), t)[1]
 
     def past_xy(self, t0: float) -> np.ndarray:
         """(PAST_STEPS, 2) positions at t0 + PAST_TIMES in the ego frame at t0."""
-        x0, y0, yaw0 = self.state_at(t0)[:3]
-        pts = np.array([self.state_at(t0 + dt)[:2] for dt in PAST_TIMES])
-        return world_to_ego(pts, (x0, y0), yaw0)
+        return ego_inputs(self.track(), t0)[3]
 
 
 @dataclass
@@ -262,43 +240,31 @@ class Synchronizer:
         f = self.cameras[ANCHOR].latest
         return None if f is None else f.stamp
 
-    def _match(self, t: float, what: str) -> list[np.ndarray]:
-        tol = self.config.tolerance_s
-        imgs = []
-        for name in CAMERAS:
-            f = self.cameras[name].closest(t, tol)
-            if f is None:
-                raise SyncError("no_match", f"{what}: camera {name} has no frame within {tol:.3f} s of {t:.3f}")
-            imgs.append(f.image)
-        return imgs
-
     def build(self, now: float) -> Observation:
-        """The observation anchored at the newest front frame, or SyncError."""
+        """The observation anchored at the newest front frame that has a complete set (both frames,
+        every camera within tolerance), searching back through the front buffer the way
+        message_filters' ApproximateTime takes the newest complete set; else SyncError naming why
+        the newest anchor failed."""
         stale = self.stale_inputs(now)
         if stale:
             raise SyncError("stale_input", ", ".join(stale))
-        anchor = self.cameras[ANCHOR].latest
-        t0 = anchor.stamp
-        current = self._match(t0, "current frame")
-        hist = self.cameras[ANCHOR].closest(t0 - self.config.history_s, self.config.tolerance_s)
-        if hist is None:
-            raise SyncError("no_history", f"no front frame {self.config.history_s:.2f} s before {t0:.3f}")
-        previous = self._match(hist.stamp, "history frame")
-        frames = previous + current
-        h, w = frames[3 + CAMERAS.index(ANCHOR)].shape[:2]
-        frames = [f if f.shape[:2] == (h, w) else cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames]
-        images = np.stack(frames).reshape(2, len(CAMERAS), h, w, 3)
-        _, _, _, v, yaw_rate = self.odom.state_at(t0)
-        return Observation(
-            images=images,
-            speed=float(v),
-            accel=self.odom.accel_at(t0),
-            yaw_rate=float(yaw_rate),
-            past_xy=self.odom.past_xy(t0),
-            nav_command=self.nav_command,
-            stamp=float(t0),
-            meta={"history_stamp": hist.stamp},
-        )
+        stamps = {name: np.array([f.stamp for f in buf.frames]) for name, buf in self.cameras.items()}
+        first_error: RecipeError | None = None
+        for t0 in stamps[ANCHOR][::-1]:
+            try:
+                matched = match_frames(stamps, float(t0), self.config.tolerance_s, self.config.history_s)
+            except RecipeError as e:
+                first_error = first_error or e
+                continue
+            images = [[self.cameras[cam].at(t) for cam, t in zip(CAMERAS, row)] for row in matched]
+            try:
+                return assemble(images, self.odom.track(), float(t0), self.nav_command,
+                                meta={"history_stamp": matched[0][CAMERAS.index(ANCHOR)]})
+            except RecipeError as e:
+                raise SyncError(e.reason, e.detail) from e
+        if first_error is None:
+            raise SyncError("no_match", f"no {ANCHOR} frame buffered")
+        raise SyncError(first_error.reason, first_error.detail)
 
 
 def comfortable_stop(trajectory: np.ndarray, decel: float = 2.0, v0: float | None = None) -> np.ndarray:

@@ -43,9 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from ddrive_ros import share_dir
-from ddrive_ros.data.expert import Reason
-from ddrive_ros.data.scenario import CYCLIST, EGO_FRONT, EGO_REAR_OVERHANG, PEDESTRIAN, VEHICLE
-from ddrive_ros.data.traffic_light import GREEN, RED
+from ddrive_ros.sim.expert import Reason
+from ddrive_ros.sim.scenario import CYCLIST, EGO_FRONT, EGO_REAR_OVERHANG, PEDESTRIAN, VEHICLE
+from ddrive_ros.sim.traffic_light import GREEN, RED
 from ddrive_ros.plan import MetaBehavior
 from ddrive_ros.trajectory import wrap_angle, world_to_ego
 

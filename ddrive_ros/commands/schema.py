@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 
 def register(sub) -> None:
@@ -13,7 +14,6 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ddrive_ros.cli import print_json
     from ddrive_ros.scaffold.schema import Schema
 
     schema = Schema.load(args.schema)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddrive_ros.data.idm import IdmParams, can_stop, idm_accel
-from ddrive_ros.data.road import RoadMap
-from ddrive_ros.data.scenario import EGO_LENGTH, EGO_WIDTH, LaneAgentSpec, Scenario, WalkerSpec
-from ddrive_ros.data.traffic_light import RED, YELLOW
+from ddrive_ros.sim.idm import IdmParams, can_stop, idm_accel
+from ddrive_ros.sim.road import RoadMap
+from ddrive_ros.sim.scenario import EGO_LENGTH, EGO_WIDTH, LaneAgentSpec, Scenario, WalkerSpec
+from ddrive_ros.sim.traffic_light import RED, YELLOW
 
 CROSSWALK_LEAD_S = 1.5  # a pedestrian about to cross blocks the crosswalk this long before stepping out
 STOP_SIGN_DWELL_S = 1.0  # full stop this long at a stop sign before going

@@ -16,17 +16,17 @@ from functools import cached_property
 
 import numpy as np
 
-from ddrive_ros.data.expert import AgentSnapshot, EgoState, ExpertDriver, Reason
-from ddrive_ros.data.idm import IdmParams
-from ddrive_ros.data.road import Road
-from ddrive_ros.data.scenario import (
+from ddrive_ros.sim.expert import AgentSnapshot, EgoState, ExpertDriver, Reason
+from ddrive_ros.sim.idm import IdmParams
+from ddrive_ros.sim.road import Road
+from ddrive_ros.sim.scenario import (
     EGO_CENTER_OFFSET,
     EGO_WHEELBASE,
     PEDESTRIAN,
     Scenario,
     sample_scenario,
 )
-from ddrive_ros.data.traffic import EgoView, LaneTraffic, walker_state
+from ddrive_ros.sim.traffic import EgoView, LaneTraffic, walker_state
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ def load_samples(data: dict):
     """Samples from the synthetic world (`source: world`) or from bag folders (`source: bags`)."""
     source = data.get("source", "world")
     if source == "world":
-        from ddrive_ros.data.sample import samples_from_world
+        from ddrive_ros.sim.sample import samples_from_world
 
         return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
                                        duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5))))
     if source == "bags":
-        from ddrive_ros.data.bag_reader import extract_samples
+        from ddrive_ros.bags.reader import extract_samples
 
         out = []
         for bag in data["bags"]:

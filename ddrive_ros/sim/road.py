@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ddrive_ros.data.polyline import Polyline
-from ddrive_ros.data.traffic_light import TrafficLightCycle
+from ddrive_ros.sim.polyline import Polyline
+from ddrive_ros.sim.traffic_light import TrafficLightCycle
 
 LANE_WIDTH = 3.5
 SIDEWALK_WIDTH = 2.5

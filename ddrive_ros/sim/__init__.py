@@ -6,15 +6,15 @@ World side (numpy + OpenCV only):
     iter_samples / samples_from_world    Samples of many seeded episodes
     Renderer, CameraModel, default_cameras
 Bag side (needs rosbags; import the modules directly):
-    ddrive_ros.data.bag_writer.write_bag(out_dir, seeds, compressed)
-    ddrive_ros.data.bag_reader.extract_samples(bag_dir) -> (samples, DropReport)
-    ddrive_ros.data.image_codec          pixel <-> message conversions shared with the ROS layer
+    ddrive_ros.sim.bag_writer.write_bag(out_dir, seeds, compressed)
+    ddrive_ros.bags.reader.extract_samples(bag_dir) -> (samples, DropReport)
+    ddrive_ros.bags.image_codec          pixel <-> message conversions shared with the ROS layer
 """
-from ddrive_ros.data.camera import CameraModel, default_cameras
-from ddrive_ros.data.labels import CRITICAL_OBJECTS, THRESHOLDS, LabelThresholds, load_words
-from ddrive_ros.data.render import Renderer, camera_strip
-from ddrive_ros.data.sample import Sample, episode_seeds, iter_samples, make_sample, samples_from_world
-from ddrive_ros.data.world import Episode
+from ddrive_ros.sim.camera import CameraModel, default_cameras
+from ddrive_ros.sim.labels import CRITICAL_OBJECTS, THRESHOLDS, LabelThresholds, load_words
+from ddrive_ros.sim.render import Renderer, camera_strip
+from ddrive_ros.sim.sample import Sample, episode_seeds, iter_samples, make_sample, samples_from_world
+from ddrive_ros.sim.world import Episode
 
 __all__ = [
     "CRITICAL_OBJECTS",

@@ -28,34 +28,20 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ddrive_ros.data import bag_topics as T
-from ddrive_ros.data.image_codec import ImageFormatError, check_raw, compressed_to_rgb, raw_to_rgb, stamp_to_ns
-from ddrive_ros.data.labels import CRITICAL_OBJECTS
-from ddrive_ros.data.sample import (
-    ACCEL_WINDOW_S,
-    FUTURE_HORIZON_S,
-    FUTURE_TIMES,
-    PAST_HORIZON_S,
-    PAST_TIMES,
-    SCHEMA,
-    SECTIONS,
-    WAYPOINT_TIMES,
-    Sample,
-    future_in_range,
-)
-from ddrive_ros.observation import CAMERAS, NAV_COMMANDS, Observation
+from ddrive_ros.bags import topics as T
+from ddrive_ros.bags.image_codec import ImageFormatError, check_raw, image_from_msg, stamp_to_ns
+from ddrive_ros.bags.io import typestore
+from ddrive_ros.observation import CAMERAS, NAV_COMMANDS
+from ddrive_ros.observation_recipe import ANCHOR, EgoTrack, RecipeError, assemble, match_frames
 from ddrive_ros.plan import MetaBehavior, Plan
-from ddrive_ros.trajectory import quaternion_to_yaw, wrap_angle, world_to_ego
+from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_schema, label_sections, label_waypoint_times
+from ddrive_ros.timeline import FRAME_HISTORY_S, FUTURE_HORIZON_S, OUTPUT_TIMES, PAST_HORIZON_S
+from ddrive_ros.trajectory import quaternion_to_yaw, wrap_angle
 
 logger = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 EPISODE_SPLIT_GAP_S = 1.0  # without episode markers, an odometry gap this long starts a new episode
-_META_VALUES = {
-    "longitudinal": ("KEEP", "ACCELERATE", "DECELERATE", "STOP"),
-    "lateral": ("STRAIGHT", "LEFT_TURN", "RIGHT_TURN", "LEFT_CHANGE", "RIGHT_CHANGE"),
-    "turn_signal": ("OFF", "LEFT", "RIGHT"),
-}
 
 
 class BagError(RuntimeError):
@@ -119,17 +105,6 @@ class _Frames:
     stamps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     bag_time: dict[int, int] = field(default_factory=dict)
     bad: dict[int, str] = field(default_factory=dict)
-
-    def nearest(self, t_ns: int, tol_ns: int) -> int | None:
-        if not len(self.stamps):
-            return None
-        i = int(np.searchsorted(self.stamps, t_ns))
-        best = None
-        for j in (i - 1, i):
-            if 0 <= j < len(self.stamps) and abs(int(self.stamps[j]) - t_ns) <= tol_ns:
-                if best is None or abs(int(self.stamps[j]) - t_ns) < abs(best - t_ns):
-                    best = int(self.stamps[j])
-        return best
 
 
 def _open(bag: Path):
@@ -199,9 +174,11 @@ def _parse_labels(text: str, bag_t: int, report: DropReport) -> tuple[int, dict[
     except (TypeError, ValueError):
         stamp = bag_t
     out: dict[str, Any] = {}
+    schema = label_schema()
+    names = [f.name for f in schema.section("critical_objects").fields]
     objs = data.get("critical_objects")
-    if isinstance(objs, dict) and set(objs) == set(CRITICAL_OBJECTS) and all(isinstance(v, bool) for v in objs.values()):
-        out["critical_objects"] = {k: bool(objs[k]) for k in CRITICAL_OBJECTS}
+    if isinstance(objs, dict) and set(objs) == set(names) and all(isinstance(v, bool) for v in objs.values()):
+        out["critical_objects"] = {k: bool(objs[k]) for k in names}
     elif objs is not None:
         report.add("labels_invalid_critical_objects")
     text_ = data.get("explanation")
@@ -210,7 +187,8 @@ def _parse_labels(text: str, bag_t: int, report: DropReport) -> tuple[int, dict[
     meta = data.get("future_meta_behavior")
     if isinstance(meta, dict):
         try:
-            ok = all(meta[k] in vals for k, vals in _META_VALUES.items())
+            enums = {f.name: f.values for f in schema.section("future_meta_behavior").fields if f.type == "enum"}
+            ok = all(meta[k] in vals for k, vals in enums.items())
             speed = float(meta["target_speed"])
             if ok and np.isfinite(speed):
                 out["future_meta_behavior"] = MetaBehavior(meta["longitudinal"], meta["lateral"], speed,
@@ -223,7 +201,7 @@ def _parse_labels(text: str, bag_t: int, report: DropReport) -> tuple[int, dict[
 
 
 def _first_pass(reader, bag: Path, cams: dict[str, _Frames], report: DropReport, progress: bool):
-    ts = _typestore()
+    ts = typestore()
     image_topics = {f.topic: name for name, f in cams.items()}
     wanted = set(image_topics) | {T.TOPIC_ODOM, T.TOPIC_NAV, T.TOPIC_LABELS, T.TOPIC_EPISODE}
     conns = [c for c in reader.connections if c.topic in wanted]
@@ -287,16 +265,47 @@ def _first_pass(reader, bag: Path, cams: dict[str, _Frames], report: DropReport,
     return odom, nav, labels, sorted(markers, key=lambda m: m[0])
 
 
-_TYPESTORE = None
+@dataclass
+class _Episode:
+    start_ns: int
+    end_ns: int
+    seed: int
+    odom_t: np.ndarray  # ns stamps of the episode's odometry
+    track: EgoTrack  # the same odometry, seconds, for the observation recipe
 
 
-def _typestore():
-    global _TYPESTORE
-    if _TYPESTORE is None:
-        from rosbags.typesys import Stores, get_typestore
+@dataclass
+class _Inputs:
+    """Everything the first pass found, except pixels."""
 
-        _TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
-    return _TYPESTORE
+    cams: dict[str, _Frames]
+    stamps_s: dict[str, np.ndarray]  # camera stamps in seconds, for the observation recipe
+    nav: list[tuple[int, str]]
+    nav_t: np.ndarray
+    labels: dict[int, dict[str, Any]]
+    label_t: np.ndarray
+
+
+@dataclass
+class _Options:
+    spacing_s: float
+    stride_ns: int
+    tol_ns: int
+    max_gap_s: float
+
+
+@dataclass
+class _Anchor:
+    """One usable anchor frame: which pixels to fetch and everything else of its sample."""
+
+    t0_ns: int
+    episode: _Episode
+    frames: list[list[tuple[str, int]]]  # [previous, current] x CAMERAS: (camera, stamp ns)
+    nav_command: str
+    future: np.ndarray
+    future_yaw: np.ndarray
+    future_speed: np.ndarray
+    labels: dict[str, Any]
 
 
 def _episodes(odom: _Odom, markers: list[tuple[int, dict]]) -> list[tuple[int, int, int]]:
@@ -317,57 +326,46 @@ def _episodes(odom: _Odom, markers: list[tuple[int, dict]]) -> list[tuple[int, i
     return [(int(odom.t[a]), int(odom.t[b - 1]), -1) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _interp(odom: _Odom, sl: slice, t_ns: np.ndarray) -> tuple[np.ndarray, ...]:
-    t = (odom.t[sl] - odom.t[sl][0]).astype(float)
-    q = (np.asarray(t_ns, dtype=np.int64) - odom.t[sl][0]).astype(float)
-    return tuple(np.interp(q, t, a[sl]) for a in (odom.x, odom.y, odom.yaw, odom.v, odom.yaw_rate))
-
-
-def extract_samples(bag_dir: str | Path, frame_spacing_s: float = 0.5, *, stride_s: float = 0.5,
+def extract_samples(bag_dir: str | Path, frame_spacing_s: float = FRAME_HISTORY_S, *, stride_s: float = 0.5,
                     sync_tolerance_s: float = 0.03, max_odom_gap_s: float = 0.25, progress: bool = True,
                     max_samples: int | None = None) -> tuple[list[Sample], DropReport]:
     """Build training samples from a bag. See the module docstring for what each field comes from."""
     bag = Path(bag_dir)
     report = DropReport(str(bag))
     reader = _open(bag)
+    opts = _Options(frame_spacing_s, int(round(stride_s * NS)), int(round(sync_tolerance_s * NS)), max_odom_gap_s)
     try:
         cams = _camera_topics(reader, bag)
         odom, nav, labels, markers = _first_pass(reader, bag, cams, report, progress)
-        tol = int(round(sync_tolerance_s * NS))
-        anchors = _plan_anchors(bag, odom, cams, nav, labels, markers, report, frame_spacing_s, stride_s, tol,
-                                max_odom_gap_s, max_samples)
+        inputs = _Inputs(cams, {c: f.stamps / NS for c, f in cams.items()}, nav,
+                         np.array([t for t, _ in nav], dtype=np.int64), labels, np.array(sorted(labels), dtype=np.int64))
+        anchors = _plan_anchors(odom, markers, inputs, report, opts, max_samples)
         images = _second_pass(reader, bag, cams, anchors, report, progress)
     finally:
         reader.close()
     samples = []
     for a in anchors:
         try:
-            frames = np.stack([np.stack([images[(cam, t)] for cam, t in frame]) for frame in a["frames"]])
+            pixels = [[images[key] for key in row] for row in a.frames]
         except KeyError:
             report.add("sample_bad_image")
             continue
-        except ValueError:
-            report.add("sample_image_size_mismatch")
-            continue
-        a["observation"].images = frames
-        samples.append(_to_sample(a, bag))
+        samples.append(_to_sample(a, pixels, bag))
     report.samples = len(samples)
     if report.dropped:
         logger.info("%s", report.summary())
     return samples, report
 
 
-def _plan_anchors(bag, odom, cams, nav, labels, markers, report, spacing_s, stride_s, tol, max_gap_s, max_samples):
+def _plan_anchors(odom: _Odom, markers, inputs: _Inputs, report: DropReport, opts: _Options,
+                  max_samples: int | None) -> list[_Anchor]:
     """Everything but the pixels for every usable anchor; drops counted by reason."""
-    front = cams["front"]
+    front = inputs.cams[ANCHOR]
     episodes = _episodes(odom, markers)
     report.episodes = len(episodes)
-    nav_t = np.array([t for t, _ in nav], dtype=np.int64)
-    label_t = np.array(sorted(labels), dtype=np.int64)
-    spacing_ns = int(round(spacing_s * NS))
     past_ns, fut_ns = int(round(PAST_HORIZON_S * NS)), int(round(FUTURE_HORIZON_S * NS))
-    stride_ns = int(round(stride_s * NS))
-    anchors: list[dict] = []
+    tol = opts.tol_ns
+    anchors: list[_Anchor] = []
     for ep_start, ep_end, seed in episodes:
         lo = int(np.searchsorted(odom.t, ep_start - tol))
         hi = int(np.searchsorted(odom.t, ep_end + tol, side="right"))
@@ -375,17 +373,18 @@ def _plan_anchors(bag, odom, cams, nav, labels, markers, report, spacing_s, stri
             report.add("episode_without_odometry")
             continue
         sl = slice(lo, hi)
-        o_first, o_last = int(odom.t[lo]), int(odom.t[hi - 1])
+        ep = _Episode(ep_start, ep_end, seed, odom.t[sl],
+                      EgoTrack(odom.t[sl] / NS, odom.x[sl], odom.y[sl], odom.yaw[sl], odom.v[sl], odom.yaw_rate[sl]))
+        o_first, o_last = int(ep.odom_t[0]), int(ep.odom_t[-1])
         cand = front.stamps[(front.stamps >= o_first + past_ns - tol) & (front.stamps + fut_ns <= o_last + tol)]
         last_taken = None
         for t0 in cand:
             t0 = int(t0)
-            if last_taken is not None and t0 < last_taken + stride_ns - tol:
+            if last_taken is not None and t0 < last_taken + opts.stride_ns - tol:
                 continue
             last_taken = t0
             report.anchors += 1
-            a = _anchor(t0, ep_start, seed, sl, odom, cams, nav, nav_t, labels, label_t, report, spacing_ns, tol,
-                        max_gap_s)
+            a = _anchor(t0, ep, inputs, report, opts)
             if a is not None:
                 anchors.append(a)
                 if max_samples is not None and len(anchors) >= max_samples:
@@ -393,27 +392,25 @@ def _plan_anchors(bag, odom, cams, nav, labels, markers, report, spacing_s, stri
     return anchors
 
 
-def _anchor(t0, ep_start, seed, sl, odom, cams, nav, nav_t, labels, label_t, report, spacing_ns, tol, max_gap_s):
-    # frames: (camera, stamp) for the previous and the current frame
+def _anchor(t0: int, ep: _Episode, inputs: _Inputs, report: DropReport, opts: _Options) -> _Anchor | None:
+    # frames: the observation recipe's choice, in seconds; back to the bag's ns stamps for the pixels
+    try:
+        matched = match_frames(inputs.stamps_s, t0 / NS, opts.tol_ns / NS, opts.spacing_s)
+    except RecipeError as e:
+        report.add("missing_previous_frame" if e.reason == "no_history" else "camera_sync")
+        return None
     frames = []
-    for t_front in (t0 - spacing_ns, t0):
-        t_f = cams["front"].nearest(t_front, tol)
-        if t_f is None:
-            report.add("missing_previous_frame")
-            return None
-        row = []
-        for cam in CAMERAS:
-            t_c = cams[cam].nearest(t_f, tol)
-            if t_c is None:
-                report.add("camera_sync")
-                return None
-            if t_c in cams[cam].bad:
+    for row in matched:
+        keys = []
+        for cam, t in zip(CAMERAS, row):
+            t_ns = int(inputs.cams[cam].stamps[np.argmin(np.abs(inputs.cams[cam].stamps - int(round(t * NS))))])
+            if t_ns in inputs.cams[cam].bad:
                 report.add("sample_bad_image")
                 return None
-            row.append((cam, t_c))
-        frames.append(row)
+            keys.append((cam, t_ns))
+        frames.append(keys)
     # odometry coverage: [t0 - 2 s, t0 + 5 s] inside the episode's odometry, no gap over max_gap_s
-    ot = odom.t[sl]
+    ot = ep.odom_t
     t_lo, t_hi = t0 - int(round(PAST_HORIZON_S * NS)), t0 + int(round(FUTURE_HORIZON_S * NS))
     slack = 1_000_000  # 1 ms of clock jitter at the ends
     if ot[0] > t_lo + slack or ot[-1] < t_hi - slack:
@@ -421,49 +418,41 @@ def _anchor(t0, ep_start, seed, sl, odom, cams, nav, nav_t, labels, label_t, rep
         return None
     i_lo = max(int(np.searchsorted(ot, t_lo, side="right")) - 1, 0)
     i_hi = min(int(np.searchsorted(ot, t_hi)), len(ot) - 1)
-    if i_hi > i_lo and np.max(np.diff(ot[i_lo:i_hi + 1])) > max_gap_s * NS:
+    if i_hi > i_lo and np.max(np.diff(ot[i_lo:i_hi + 1])) > opts.max_gap_s * NS:
         report.add("odom_gap")
         return None
-    q = np.concatenate([[t0, t0 - int(round(ACCEL_WINDOW_S * NS))],
-                        t0 + np.round(PAST_TIMES * NS).astype(np.int64),
-                        t0 + np.round(FUTURE_TIMES * NS).astype(np.int64)])
-    x, y, yaw, v, yaw_rate = _interp(odom, sl, q)
-    xy = np.stack([x, y], axis=1)
-    n_past = len(PAST_TIMES)
-    past = world_to_ego(xy[2:2 + n_past], xy[0], yaw[0])
-    future = world_to_ego(xy[2 + n_past:], xy[0], yaw[0])
+    t0_s = t0 / NS
+    future = ep.track.in_ego_frame(t0_s, t0_s + OUTPUT_TIMES)
     if not future_in_range(future):
         report.add("future_out_of_range")
         return None
+    states = ep.track.states(np.concatenate([[t0_s], t0_s + OUTPUT_TIMES]))
     # navigation command: the latest at or before t0 (within the episode)
-    i = int(np.searchsorted(nav_t, t0 + tol, side="right")) - 1
-    if i >= 0 and nav_t[i] >= ep_start - tol:
-        command = nav[i][1]
+    tol = opts.tol_ns
+    i = int(np.searchsorted(inputs.nav_t, t0 + tol, side="right")) - 1
+    if i >= 0 and inputs.nav_t[i] >= ep.start_ns - tol:
+        command = inputs.nav[i][1]
     else:
         command = "FOLLOW_LANE"
         report.notes["nav_missing_used_follow_lane"] += 1
     lab = None
-    if len(label_t):
-        j = int(np.searchsorted(label_t, t0))
+    if len(inputs.label_t):
+        j = int(np.searchsorted(inputs.label_t, t0))
         for c in (j - 1, j):
-            if 0 <= c < len(label_t) and abs(int(label_t[c]) - t0) <= tol:
-                lab = labels[int(label_t[c])]
+            if 0 <= c < len(inputs.label_t) and abs(int(inputs.label_t[c]) - t0) <= tol:
+                lab = inputs.labels[int(inputs.label_t[c])]
     if lab is None:
         report.notes["labels_missing"] += 1
-    obs = Observation(images=np.zeros((2, len(CAMERAS), 1, 1, 3), np.uint8), speed=float(v[0]),
-                      accel=float((v[0] - v[1]) / ACCEL_WINDOW_S), yaw_rate=float(yaw_rate[0]), past_xy=past,
-                      nav_command=command, stamp=t0 / NS, meta={"episode_seed": seed, "t0": (t0 - ep_start) / NS})
-    return {"t0": t0, "ep_start": ep_start, "seed": seed, "frames": frames, "observation": obs, "future": future,
-            "future_yaw": np.asarray(wrap_angle(yaw[2 + n_past:] - yaw[0])), "future_speed": v[2 + n_past:],
-            "labels": lab or {}}
+    return _Anchor(t0, ep, frames, command, future, np.asarray(wrap_angle(states[1:, 2] - states[0, 2])),
+                   states[1:, 3].copy(), lab or {})
 
 
-def _second_pass(reader, bag, cams, anchors, report, progress) -> dict[tuple[str, int], np.ndarray]:
-    ts = _typestore()
+def _second_pass(reader, bag, cams, anchors: list[_Anchor], report, progress) -> dict[tuple[str, int], np.ndarray]:
+    ts = typestore()
     needed: dict[str, set[int]] = {cam: set() for cam in CAMERAS}
     for a in anchors:
-        for frame in a["frames"]:
-            for cam, t in frame:
+        for row in a.frames:
+            for cam, t in row:
                 needed[cam].add(cams[cam].bag_time[t])
     by_topic = {cams[cam].topic: cam for cam in CAMERAS}
     conns = [c for c in reader.connections if c.topic in by_topic]
@@ -477,26 +466,28 @@ def _second_pass(reader, bag, cams, anchors, report, progress) -> dict[tuple[str
         try:
             msg = ts.deserialize_cdr(raw, conn.msgtype)
             t = stamp_to_ns(msg.header.stamp)
-            rgb = (compressed_to_rgb(msg.format, msg.data) if cams[cam].compressed
-                   else raw_to_rgb(msg.encoding, msg.height, msg.width, msg.step, msg.data))
+            rgb = image_from_msg(msg)
         except ImageFormatError as err:
             report.add(f"image_{err.reason}")
             continue
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - rosbags raises several kinds for a corrupt message; counted
             report.add(f"deserialize_error:{conn.topic}")
             continue
         out[(cam, t)] = rgb
     return out
 
 
-def _to_sample(a: dict, bag: Path) -> Sample:
-    lab = a["labels"]
-    has = {"critical_objects": "critical_objects" in lab, "explanation": "explanation" in lab,
-           "future_meta_behavior": "future_meta_behavior" in lab, "trajectory": True}
-    assert set(has) == set(SECTIONS)
-    plan = Plan(schema=SCHEMA, waypoints=a["future"][1::2].copy(), waypoint_times=WAYPOINT_TIMES.copy(),
-                critical_objects=lab.get("critical_objects", {}), explanation=lab.get("explanation", ""),
-                meta=lab.get("future_meta_behavior"), stamp=a["t0"] / NS)
-    return Sample(observation=a["observation"], future_xy=a["future"], future_times=FUTURE_TIMES.copy(),
-                  labels=plan, has_labels=has, future_yaw=a["future_yaw"], future_speed=a["future_speed"],
-                  episode_seed=a["seed"], t0=(a["t0"] - a["ep_start"]) / NS, source=str(bag))
+def _to_sample(a: _Anchor, pixels: list[list[np.ndarray]], bag: Path) -> Sample:
+    lab = a.labels
+    has = {name: name in lab for name in label_sections()}
+    has["trajectory"] = True
+    t0_s = a.t0_ns / NS
+    obs = assemble(pixels, a.episode.track, t0_s, a.nav_command,
+                   meta={"episode_seed": a.episode.seed, "t0": (a.t0_ns - a.episode.start_ns) / NS})
+    waypoint_times = label_waypoint_times()
+    plan = Plan(schema=LABEL_SCHEMA, waypoints=a.future[np.searchsorted(OUTPUT_TIMES, waypoint_times - 1e-9)].copy(),
+                waypoint_times=waypoint_times, critical_objects=lab.get("critical_objects", {}),
+                explanation=lab.get("explanation", ""), meta=lab.get("future_meta_behavior"), stamp=t0_s)
+    return Sample(observation=obs, future_xy=a.future, future_times=OUTPUT_TIMES.copy(), labels=plan, has_labels=has,
+                  future_yaw=a.future_yaw, future_speed=a.future_speed, episode_seed=a.episode.seed,
+                  t0=(a.t0_ns - a.episode.start_ns) / NS, source=str(bag))

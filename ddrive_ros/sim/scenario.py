@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ddrive_ros.data.road import (
+from ddrive_ros.sim.road import (
     LANE_WIDTH,
     Crosswalk,
     Road,
@@ -25,7 +25,7 @@ from ddrive_ros.data.road import (
     make_intersection,
     turn_route,
 )
-from ddrive_ros.data.traffic_light import TrafficLightCycle
+from ddrive_ros.sim.traffic_light import TrafficLightCycle
 
 VEHICLE, PEDESTRIAN, CYCLIST = "vehicle", "pedestrian", "cyclist"
 AGENT_KINDS = (VEHICLE, PEDESTRIAN, CYCLIST)

@@ -15,14 +15,17 @@ from typing import Any
 import cv2
 import numpy as np
 
-CHANNELS = {"rgb8": 3, "bgr8": 3, "mono8": 1}
+CHANNELS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc3": 3, "8uc1": 1}
 SUPPORTED_ENCODINGS = tuple(CHANNELS)
+WRITABLE_ENCODINGS = ("rgb8", "bgr8", "mono8")
 JPEG_FORMAT = "rgb8; jpeg compressed bgr8"  # image_transport's compressed format string
 PNG_FORMAT = "rgb8; png compressed bgr8"
 
 
 class ImageFormatError(ValueError):
-    """An image message whose pixels cannot be used. `reason` is a short key for counting."""
+    """An image message whose pixels cannot be used. `reason` is a short key for counting:
+    unsupported_encoding, bad_step (a row shorter than its pixels, or a step the data does not
+    fit), bad_size (empty image, or data length != step * height), decode_failed (compressed)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -36,28 +39,35 @@ def _as_bytes_view(data: Any) -> np.ndarray:
 
 
 def check_raw(encoding: str, height: int, width: int, step: int, n_bytes: int) -> None:
-    """Raise ImageFormatError unless the fields describe a usable image."""
+    """Raise ImageFormatError unless the fields describe a usable image. Rows may be padded
+    (step > width * channels), as camera drivers do for alignment."""
     enc = str(encoding).lower()
     if enc not in CHANNELS:
         raise ImageFormatError("unsupported_encoding",
                                f"unsupported encoding {encoding!r}; expected one of {SUPPORTED_ENCODINGS}")
     if height <= 0 or width <= 0:
         raise ImageFormatError("bad_size", f"image size {width}x{height} is empty")
-    if step != width * CHANNELS[enc]:
-        raise ImageFormatError("bad_step", f"step {step} != width {width} * {CHANNELS[enc]} channels for {enc}")
+    row = width * CHANNELS[enc]
+    if step < row:
+        raise ImageFormatError("bad_step", f"step {step} < width {width} * {CHANNELS[enc]} channels for {enc}")
     if n_bytes != step * height:
-        raise ImageFormatError("bad_size", f"data has {n_bytes} bytes, expected step {step} * height {height}")
+        reason = "bad_size" if step == row else "bad_step"
+        raise ImageFormatError(reason, f"data has {n_bytes} bytes, expected step {step} * height {height}")
 
 
 def raw_to_rgb(encoding: str, height: int, width: int, step: int, data: Any) -> np.ndarray:
     """(H, W, 3) uint8 RGB from raw image fields."""
     buf = _as_bytes_view(data)
-    check_raw(encoding, int(height), int(width), int(step), buf.size)
+    height, width, step = int(height), int(width), int(step)
+    check_raw(encoding, height, width, step, buf.size)
     enc = str(encoding).lower()
-    img = buf.reshape(int(height), int(width), CHANNELS[enc])
-    if enc == "bgr8":
-        img = img[..., ::-1]
-    elif enc == "mono8":
+    ch = CHANNELS[enc]
+    img = buf.reshape(height, step)[:, : width * ch].reshape(height, width, ch)
+    if enc in ("bgr8", "bgra8"):
+        img = img[..., 2::-1]
+    elif enc == "rgba8":
+        img = img[..., :3]
+    elif ch == 1:
         img = np.repeat(img, 3, axis=2)
     return np.ascontiguousarray(img)
 
@@ -75,7 +85,7 @@ def rgb_to_raw(rgb: np.ndarray, encoding: str = "rgb8") -> tuple[str, int, int, 
     elif enc == "mono8":
         px = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2GRAY)[..., None]
     else:
-        raise ValueError(f"cannot encode to {encoding!r}; supported: {SUPPORTED_ENCODINGS}")
+        raise ValueError(f"cannot encode to {encoding!r}; supported: {WRITABLE_ENCODINGS}")
     h, w, c = px.shape
     return enc, h, w, w * c, np.ascontiguousarray(px).reshape(-1)
 
@@ -116,13 +126,7 @@ def image_from_msg(msg: Any) -> np.ndarray:
     raise ValueError(f"{type(msg).__name__} is neither an Image nor a CompressedImage")
 
 
-# -- rosbags message builders ---------------------------------------------------------------
-def default_typestore():
-    from rosbags.typesys import Stores, get_typestore
-
-    return get_typestore(Stores.ROS2_JAZZY)
-
-
+# -- rosbags message builders (typestore: ddrive_ros.bags.io.typestore()) ---------------------------------------------------------------
 def make_header(typestore, stamp_ns: int, frame_id: str):
     time_t = typestore.types["builtin_interfaces/msg/Time"]
     header_t = typestore.types["std_msgs/msg/Header"]
@@ -136,7 +140,7 @@ def stamp_to_ns(stamp: Any) -> int:
 
 
 def image_to_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str, typestore=None, encoding: str = "rgb8"):
-    ts = typestore or default_typestore()
+    ts = typestore or _typestore()
     enc, h, w, step, data = rgb_to_raw(rgb, encoding)
     return ts.types["sensor_msgs/msg/Image"](header=make_header(ts, stamp_ns, frame_id), height=h, width=w,
                                              encoding=enc, is_bigendian=0, step=step, data=data)
@@ -144,7 +148,13 @@ def image_to_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str, typestore=None, 
 
 def compressed_to_msg(rgb: np.ndarray, stamp_ns: int, frame_id: str, typestore=None, fmt: str = "jpeg",
                       quality: int = 90):
-    ts = typestore or default_typestore()
+    ts = typestore or _typestore()
     name, data = rgb_to_compressed(rgb, fmt, quality)
     return ts.types["sensor_msgs/msg/CompressedImage"](header=make_header(ts, stamp_ns, frame_id), format=name,
                                                        data=data)
+
+
+def _typestore():
+    from ddrive_ros.bags.io import typestore
+
+    return typestore()

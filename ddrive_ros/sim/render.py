@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import cv2
 import numpy as np
 
-from ddrive_ros.data.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH, CameraModel, default_cameras
-from ddrive_ros.data.road import SIDEWALK_WIDTH, Road, RoadMap
-from ddrive_ros.data.scenario import VEHICLE
-from ddrive_ros.data.traffic_light import GREEN, RED, YELLOW
+from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH, CameraModel, default_cameras
+from ddrive_ros.sim.road import SIDEWALK_WIDTH, Road, RoadMap
+from ddrive_ros.sim.scenario import VEHICLE
+from ddrive_ros.sim.traffic_light import GREEN, RED, YELLOW
 
 logger = logging.getLogger(__name__)
 

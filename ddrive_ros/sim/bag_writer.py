@@ -17,30 +17,28 @@ Every header.stamp is simulated time and equals the message's bag timestamp.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 from tqdm import tqdm
 
-from ddrive_ros.data import bag_topics as T
-from ddrive_ros.data.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH, CameraModel
-from ddrive_ros.data.image_codec import compressed_to_msg, default_typestore, image_to_msg, make_header
-from ddrive_ros.data.labels import HORIZON_STEPS, critical_objects, explanation, meta_behavior
-from ddrive_ros.data.render import Renderer
-from ddrive_ros.data.sample import episode_seeds
-from ddrive_ros.data.world import STEPS_PER_FRAME, Episode
+from ddrive_ros.bags import topics as T
+from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH, CameraModel
+from ddrive_ros.bags.image_codec import compressed_to_msg, image_to_msg, make_header
+from ddrive_ros.bags.io import BagWriter, MessageHook, typestore
+from ddrive_ros.sim.labels import HORIZON_STEPS, critical_objects, explanation, meta_behavior
+from ddrive_ros.sim.render import Renderer
+from ddrive_ros.sim.sample import episode_seeds
+from ddrive_ros.sim.world import STEPS_PER_FRAME, Episode
 from ddrive_ros.trajectory import yaw_to_quaternion
 
 logger = logging.getLogger(__name__)
 
 NS = 1_000_000_000
-# a message hook: (topic, message) -> message to write, or None to drop it (tests use it to corrupt bags)
-MessageHook = Callable[[str, Any], Any]
 
 
 @dataclass
@@ -59,29 +57,6 @@ def _resolve_seeds(seeds: Sequence[int] | tuple[int, int]) -> list[int]:
             raise ValueError(f"a tuple means (seed, n_episodes), got {seeds!r}; pass a list for explicit seeds")
         return episode_seeds(int(seeds[0]), int(seeds[1]))
     return [int(s) for s in seeds]
-
-
-class _Out:
-    """Connections, serialisation and per-topic counts over a rosbags Writer."""
-
-    def __init__(self, writer, typestore, hook: MessageHook | None) -> None:
-        self.writer, self.ts, self.hook = writer, typestore, hook
-        self.conns: dict[str, Any] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, topic: str, msgtype: str, qos: list | None = None) -> None:
-        kwargs = {"offered_qos_profiles": qos} if qos else {}
-        self.conns[topic] = self.writer.add_connection(topic, msgtype, typestore=self.ts, **kwargs)
-        self.counts[topic] = 0
-
-    def write(self, topic: str, stamp_ns: int, msg: Any) -> None:
-        if self.hook is not None:
-            msg = self.hook(topic, msg)
-            if msg is None:
-                return
-        conn = self.conns[topic]
-        self.writer.write(conn, int(stamp_ns), self.ts.serialize_cdr(msg, conn.msgtype))
-        self.counts[topic] += 1
 
 
 def _string(ts, text: str):
@@ -154,19 +129,13 @@ def write_bag(out_dir: str | Path, seeds: Sequence[int] | tuple[int, int], compr
     `seeds`: a list of episode seeds, or a tuple (seed, n_episodes) expanded by `episode_seeds`
     (the same episodes `samples_from_world(seed, n_episodes)` yields). `storage`: "mcap" or "sqlite3".
     """
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
     out_dir = Path(out_dir)
-    plugin = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}.get(storage)
-    if plugin is None:
-        raise ValueError(f"storage must be 'mcap' or 'sqlite3', got {storage!r}")
     ep_seeds = _resolve_seeds(seeds)
-    ts = default_typestore()
+    ts = typestore()
     renderer = Renderer(width=width, height=height)
     cams = renderer.cameras
     summary = BagSummary(str(out_dir), storage)
-    with Writer(out_dir, version=Writer.VERSION_LATEST, storage_plugin=plugin) as writer:
-        out = _Out(writer, ts, on_message)
+    with BagWriter(out_dir, storage, hook=on_message) as out:
         for cam in cams:
             out.add(T.image_topic(cam.name, compressed), T.COMPRESSED_IMAGE if compressed else T.IMAGE)
             out.add(T.camera_info_topic(cam.name), T.CAMERA_INFO)
@@ -209,29 +178,3 @@ def write_bag(out_dir: str | Path, seeds: Sequence[int] | tuple[int, int], compr
     logger.info("wrote %s: %d episodes, %.1f s, %d messages", out_dir, len(ep_seeds), summary.duration_s,
                 sum(summary.messages.values()))
     return summary
-
-
-# -- CLI --------------------------------------------------------------------------------------
-def _run_make_bag(args: argparse.Namespace) -> int:
-    summary = write_bag(args.out, (args.seed, args.episodes), args.compressed, duration_s=args.duration,
-                        width=args.width, height=args.height, storage=args.storage)
-    counts = ", ".join(f"{topic}: {n}" for topic, n in sorted(summary.messages.items()))
-    logger.info("episodes: %d, bag duration %.1f s; %s", len(summary.episodes), summary.duration_s, counts)
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `make-bag` to a `ddrive` argparse sub-command set; the handler is in `func`."""
-    p = subparsers.add_parser(
-        "make-bag", help="simulate episodes of the synthetic world and write them as a ROS 2 bag",
-        description="Simulate N episodes (seeded) and write one rosbag2 folder with three camera streams, "
-                    "camera_info, /odom, /navigation/command, /ddrive/labels and episode markers.")
-    p.add_argument("--episodes", type=int, default=10, help="number of episodes (default 10)")
-    p.add_argument("--seed", type=int, default=0, help="seed the episode seeds derive from (default 0)")
-    p.add_argument("--out", required=True, help="output bag folder; must not exist")
-    p.add_argument("--compressed", action="store_true", help="write JPEG CompressedImage instead of raw rgb8")
-    p.add_argument("--duration", type=float, default=12.0, help="seconds per episode (default 12, minimum 7)")
-    p.add_argument("--width", type=int, default=DEFAULT_WIDTH, help=f"image width (default {DEFAULT_WIDTH})")
-    p.add_argument("--height", type=int, default=DEFAULT_HEIGHT, help=f"image height (default {DEFAULT_HEIGHT})")
-    p.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap", help="rosbag2 storage plugin")
-    p.set_defaults(func=_run_make_bag)

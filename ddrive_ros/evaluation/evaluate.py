@@ -1,8 +1,7 @@
-"""`ddrive eval`: plan quality on held-out synthetic episodes, per decoder and rollout count,
+"""Plan quality on held-out synthetic episodes, per decoder and rollout count,
 against a constant-velocity baseline and the expert. Markdown table, JSON and PNGs."""
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from pathlib import Path
@@ -23,23 +22,10 @@ METHODS: list[tuple[str, str, dict, int]] = [
 ]
 
 
-def register(sub) -> None:
-    p = sub.add_parser("eval", help="evaluate a checkpoint on held-out synthetic episodes")
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder or shipped model name (default: fast_ddrive_tiny)")
-    p.add_argument("--episodes", type=int, default=200)
-    p.add_argument("--seed", type=int, default=777, help="episode seed; training uses other seeds")
-    p.add_argument("--per-episode", type=int, default=1, help="anchors per episode")
-    p.add_argument("--methods", default="all", help="comma-separated method names, or all")
-    p.add_argument("--rollout-temperature", type=float, default=0.3, help="sampling temperature of the trajectory rollouts")
-    p.add_argument("--json", default=None)
-    p.add_argument("--plots", default=None, help="folder for PNGs")
-    p.set_defaults(func=run)
-
-
 def collides(plan_xy: np.ndarray, sample, keep: np.ndarray) -> bool:
     """Approximate: an object centre inside the ego footprint grown by the object's half width,
     with the ego heading taken along the planned path."""
-    from ddrive_ros.data.sample import EGO_HALF_EXTENTS
+    from ddrive_ros.sim.sample import EGO_HALF_EXTENTS
     from ddrive_ros.trajectory import path_yaw_speed
 
     if sample.objects_future.shape[0] == 0:
@@ -96,7 +82,7 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
     from tqdm import tqdm
 
     from ddrive_ros import checkpoint as ckpt
-    from ddrive_ros.data.sample import samples_from_world
+    from ddrive_ros.sim.sample import samples_from_world
     from ddrive_ros.planner import Planner, PlannerOptions
     from ddrive_ros.trajectory import constant_velocity_prediction
 
@@ -135,7 +121,7 @@ def draw(out: Path, samples, plans: dict, bundle, n: int = 4) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ddrive_ros.data.camera import default_cameras
+    from ddrive_ros.sim.camera import default_cameras
 
     out.mkdir(parents=True, exist_ok=True)
     main = "speculative N=4" if "speculative N=4" in plans else next(iter(plans))
@@ -187,13 +173,3 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
-                    args.rollout_temperature)
-    print(markdown(rows))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
-    return 0

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ddrive_ros.data.idm import IdmParams, can_stop, idm_accel, idm_free
-from ddrive_ros.data.scenario import EGO_CENTER_OFFSET, EGO_FRONT, EGO_WHEELBASE, EGO_WIDTH, Scenario
-from ddrive_ros.data.traffic import STOP_SIGN_DWELL_S, STOP_SIGN_ZONE_M, LaneTraffic, crosswalk_blocked
-from ddrive_ros.data.traffic_light import RED, YELLOW
+from ddrive_ros.sim.idm import IdmParams, can_stop, idm_accel, idm_free
+from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_FRONT, EGO_WHEELBASE, EGO_WIDTH, Scenario
+from ddrive_ros.sim.traffic import STOP_SIGN_DWELL_S, STOP_SIGN_ZONE_M, LaneTraffic, crosswalk_blocked
+from ddrive_ros.sim.traffic_light import RED, YELLOW
 
 A_LAT_MAX = 2.0  # m/s^2, lateral acceleration the expert allows in curves and turns
 B_PLAN = 1.5  # m/s^2, deceleration it plans with towards a lower speed limit ahead

@@ -1,0 +1,31 @@
+"""`ddrive eval`: plan quality on held-out synthetic episodes against trivial baselines."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate a checkpoint on held-out synthetic episodes")
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder or shipped model name (default: fast_ddrive_tiny)")
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--seed", type=int, default=777, help="episode seed; training uses other seeds")
+    p.add_argument("--per-episode", type=int, default=1, help="anchors per episode")
+    p.add_argument("--methods", default="all", help="comma-separated method names, or all")
+    p.add_argument("--rollout-temperature", type=float, default=0.3, help="sampling temperature of the trajectory rollouts")
+    p.add_argument("--json", default=None)
+    p.add_argument("--plots", default=None, help="folder for PNGs")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrive_ros.evaluation.evaluate import evaluate, markdown
+
+    rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
+                    args.rollout_temperature)
+    print(markdown(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+    return 0

@@ -1,0 +1,102 @@
+"""One home for plan-quality metrics: displacement errors (ADE, FDE, L2 at horizons), collisions
+against other agents' futures, F1 of yes/no judgements, and the constant-velocity baseline that
+every displacement metric is reported next to. numpy only: the evaluator, the replay tool and the
+closed-loop simulator all score with these."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ddrive_ros.timeline import L2_HORIZONS_S
+
+
+
+
+def _errors(pred: ArrayLike, truth: ArrayLike, leading: int) -> np.ndarray:
+    """Per-waypoint L2 errors (..., K) after checking shapes (leading = number of batch axes)."""
+    p = np.asarray(pred, dtype=float)
+    g = np.asarray(truth, dtype=float)
+    if p.shape != g.shape or p.ndim != leading + 2 or p.shape[-1] != 2 or p.shape[-2] < 1:
+        raise ValueError(f"pred and truth must both be {'(B, ' if leading else '('}K, 2), got {p.shape} and {g.shape}")
+    return np.linalg.norm(p - g, axis=-1)
+
+
+def _l2_at_errors(diff: np.ndarray, times: np.ndarray, at: Iterable[float]) -> np.ndarray:
+    """L2 of linearly interpolated differences (..., K, 2) at each `at` -> (..., len(at)); NaN outside."""
+    at_arr = np.asarray(list(at), dtype=float)
+    k = diff.shape[-2]
+    if times.shape != (k,) or np.any(np.diff(times) <= 0.0):
+        raise ValueError(f"times must be ({k},) strictly increasing, got {times}")
+    inside = (at_arr >= times[0]) & (at_arr <= times[-1])
+    if k == 1:
+        values = np.repeat(diff[..., :1, :], len(at_arr), axis=-2)
+    else:
+        # Interpolating the difference equals differencing the interpolants: both are linear.
+        lo = np.clip(np.searchsorted(times, at_arr, side="right") - 1, 0, k - 2)
+        w = ((at_arr - times[lo]) / (times[lo + 1] - times[lo]))[:, None]
+        values = diff[..., lo, :] * (1.0 - w) + diff[..., lo + 1, :] * w
+    return np.where(inside, np.linalg.norm(values, axis=-1), np.nan)
+
+
+def ade(pred: ArrayLike, truth: ArrayLike) -> float:
+    """Average displacement error of one (K, 2) trajectory, metres."""
+    return float(_errors(pred, truth, 0).mean())
+
+
+def fde(pred: ArrayLike, truth: ArrayLike) -> float:
+    """Final displacement error of one (K, 2) trajectory, metres."""
+    return float(_errors(pred, truth, 0)[-1])
+
+
+def l2_at(
+    pred: ArrayLike, truth: ArrayLike, times: ArrayLike, at: Iterable[float] = L2_HORIZONS_S
+) -> dict[float, float]:
+    """L2 distance at each horizon in `at` (seconds), interpolating linearly along `times`; NaN outside."""
+    _errors(pred, truth, 0)
+    at_list = [float(a) for a in at]
+    diff = np.asarray(pred, dtype=float) - np.asarray(truth, dtype=float)
+    values = _l2_at_errors(diff, np.asarray(times, dtype=float), at_list)
+    return {a: float(v) for a, v in zip(at_list, values)}
+
+
+@dataclass(frozen=True)
+class TrajectoryMetrics:
+    """Means over a batch of trajectories."""
+
+    ade: float
+    fde: float
+    l2_at: dict[float, float]
+    count: int
+
+
+def batch_metrics(
+    pred: ArrayLike, truth: ArrayLike, times: ArrayLike, at: Iterable[float] = L2_HORIZONS_S
+) -> TrajectoryMetrics:
+    """ADE, FDE and L2 at horizons for (B, K, 2) predictions, averaged over the batch."""
+    errors = _errors(pred, truth, 1)
+    at_list = [float(a) for a in at]
+    diff = np.asarray(pred, dtype=float) - np.asarray(truth, dtype=float)
+    at_errors = _l2_at_errors(diff, np.asarray(times, dtype=float), at_list)  # (B, len(at))
+    means = at_errors.mean(axis=0) if len(errors) else np.full(len(at_list), np.nan)
+    return TrajectoryMetrics(
+        ade=float(errors.mean()) if errors.size else float("nan"),
+        fde=float(errors[:, -1].mean()) if errors.size else float("nan"),
+        l2_at={a: float(v) for a, v in zip(at_list, means)},
+        count=int(errors.shape[0]),
+    )
+
+
+def constant_velocity_prediction(speed: float, yaw_rate: float, times: ArrayLike) -> np.ndarray:
+    """Ego-frame positions (K, 2) at `times` holding speed and yaw rate (a circular arc, or a line).
+
+    x = v sin(w t) / w, y = v (1 - cos(w t)) / w, written with sinc so that w -> 0 is the straight
+    line x = v t without a branch or a division by zero.
+    """
+    t = np.asarray(times, dtype=float).reshape(-1)
+    theta = float(yaw_rate) * t
+    x = float(speed) * t * np.sinc(theta / np.pi)  # np.sinc(u) = sin(pi u) / (pi u)
+    y = float(speed) * t * 0.5 * theta * np.sinc(theta / (2.0 * np.pi)) ** 2  # 1 - cos = 2 sin^2(theta / 2)
+    return np.column_stack([x, y])
