@@ -81,3 +81,10 @@ class Plan:
         if self.stats is not None:
             out["stats"] = self.stats.to_dict()
         return out
+
+
+def meta_text(meta: dict | None) -> str:
+    """One line for a meta behaviour as it stands in the plan JSON (markers, pictures)."""
+    if not meta:
+        return "no meta behaviour"
+    return f"{meta.get('longitudinal', '?')} / {meta.get('lateral', '?')} -> {float(meta.get('target_speed', 0)):.1f} m/s"

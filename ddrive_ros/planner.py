@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +15,13 @@ from ddrive_ros.decoding.block_loop import DecodeOptions, decode
 from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
 from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
+from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PlannerOptions:
-    backend: str = "torch"  # torch | cuda_graph | onnx | tensorrt
-    decoder: str = "speculative"  # ar | diffusion | speculative | s2d2
-    knobs: dict[str, Any] = field(default_factory=dict)  # decoder knobs, e.g. {"tau": 0.9, "steps": 4}
-    block_size: int | None = None  # default: the checkpoint's
-    rollouts: int = 1
-    rollout_temperature: float = 0.3  # N=4 at 0.3 beat greedy on held-out episodes; 1.0 did not
-    temperature: float = 0.0
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"
-    backend_options: dict[str, Any] = field(default_factory=dict)
 
 
 class Planner:

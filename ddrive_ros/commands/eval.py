@@ -5,6 +5,8 @@ import argparse
 import json
 from pathlib import Path
 
+from ddrive_ros.planner_options import PlannerOptions
+
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a checkpoint on held-out synthetic episodes")
@@ -13,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=777, help="episode seed; training uses other seeds")
     p.add_argument("--per-episode", type=int, default=1, help="anchors per episode")
     p.add_argument("--methods", default="all", help="comma-separated method names, or all")
-    p.add_argument("--rollout-temperature", type=float, default=0.3, help="sampling temperature of the trajectory rollouts")
+    p.add_argument("--rollout-temperature", type=float, default=PlannerOptions.rollout_temperature,
+                   help="sampling temperature of the trajectory rollouts (default: the planner's)")
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)

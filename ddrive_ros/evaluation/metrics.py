@@ -5,12 +5,13 @@ closed-loop simulator all score with these."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ddrive_ros.timeline import L2_HORIZONS_S
+from ddrive_ros.trajectory import path_yaw_speed
 
 
 
@@ -100,3 +101,49 @@ def constant_velocity_prediction(speed: float, yaw_rate: float, times: ArrayLike
     x = float(speed) * t * np.sinc(theta / np.pi)  # np.sinc(u) = sin(pi u) / (pi u)
     y = float(speed) * t * 0.5 * theta * np.sinc(theta / (2.0 * np.pi)) ** 2  # 1 - cos = 2 sin^2(theta / 2)
     return np.column_stack([x, y])
+
+
+def displacement_summary(preds: Sequence[np.ndarray], truths: Sequence[np.ndarray], times: np.ndarray,
+                         at: Iterable[float] = L2_HORIZONS_S) -> dict[str, float]:
+    """Mean ADE, FDE and L2 at the horizons within `times` over many (K, 2) plans against their
+    truths (the same K stamps `times`): {"ade", "fde", "l2_1s", ...}."""
+    if not len(preds):
+        return {}
+    times = np.asarray(times, dtype=float)
+    m = batch_metrics(np.stack(preds), np.stack(truths), times, [a for a in at if a <= times[-1] + 1e-9])
+    out = {"ade": m.ade, "fde": m.fde}
+    out.update({f"l2_{a:g}s": v for a, v in m.l2_at.items()})
+    return out
+
+
+def collides(plan_xy: np.ndarray, times: np.ndarray, start_speed: float, objects_xy: np.ndarray,
+             objects_half_extents: np.ndarray, ego_half_extents: np.ndarray) -> bool:
+    """Approximate overlap of the ego following `plan_xy` with other agents' futures (A, K, 2)
+    at the same stamps: an object centre inside the ego footprint grown by the object's half
+    width, the ego heading taken along the planned path."""
+    if objects_xy.shape[0] == 0:
+        return False
+    yaw, _ = path_yaw_speed(plan_xy, times, 0.0, start_speed)
+    d = objects_xy - plan_xy[None]  # (A, K, 2)
+    c, s = np.cos(yaw)[None], np.sin(yaw)[None]
+    lon = d[..., 0] * c + d[..., 1] * s
+    lat = -d[..., 0] * s + d[..., 1] * c
+    grow = objects_half_extents[:, 1][:, None]
+    return bool(np.any((np.abs(lon) < ego_half_extents[0] + grow) & (np.abs(lat) < ego_half_extents[1] + grow)))
+
+
+def f1(pred: Sequence[dict[str, bool]], truth: Sequence[dict[str, bool]]) -> float:
+    """Micro F1 of yes/no judgements over every key of every truth dict."""
+    tp = sum(p[k] and t[k] for p, t in zip(pred, truth) for k in t)
+    fp = sum(p[k] and not t[k] for p, t in zip(pred, truth) for k in t)
+    fn = sum((not p[k]) and t[k] for p, t in zip(pred, truth) for k in t)
+    return 2 * tp / max(2 * tp + fp + fn, 1)
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50 / p90 / p99 / max / n of a latency series (empty dict for none)."""
+    if not len(values):
+        return {}
+    a = np.asarray(values, dtype=float)
+    return {"p50": round(float(np.percentile(a, 50)), 2), "p90": round(float(np.percentile(a, 90)), 2),
+            "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2), "n": int(a.size)}

@@ -132,9 +132,3 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, (np.floating, np.integer, np.bool_)):
         return o.item()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def meta_text(meta: dict | None) -> str:
-    if not meta:
-        return "no meta behaviour"
-    return f"{meta.get('longitudinal', '?')} / {meta.get('lateral', '?')} -> {float(meta.get('target_speed', 0)):.1f} m/s"

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ddrive_ros.ros.convert import meta_text, to_stamp
+from ddrive_ros.plan import meta_text
+from ddrive_ros.ros.convert import to_stamp
 
 NS_TRAJECTORY, NS_WAYPOINTS, NS_ROLLOUTS, NS_TEXT = "trajectory", "waypoints", "rollouts", "meta"
 

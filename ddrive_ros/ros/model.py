@@ -39,9 +39,13 @@ def shipped_available(name: str = DEFAULT_CHECKPOINT) -> bool:
         return False
 
 
-def load_planner(checkpoint: str, backend: str = "torch", decoder: str = "speculative", tau: float = 0.9,
-                 steps: int = 0, rollouts: int = 1, rollout_temperature: float = 0.7, device: str = "cpu",
-                 seed: int = 0) -> tuple[Planner, dict[str, Any]]:
+_DEFAULT = PlannerOptions()
+
+
+def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str = _DEFAULT.decoder, tau: float = 0.9,
+                 steps: int = 0, rollouts: int = _DEFAULT.rollouts,
+                 rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
+                 seed: int = _DEFAULT.seed) -> tuple[Planner, dict[str, Any]]:
     from ddrive_ros import checkpoint as ckpt
 
     opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps),

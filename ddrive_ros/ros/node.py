@@ -33,23 +33,27 @@ from std_msgs.msg import String
 from visualization_msgs.msg import MarkerArray
 
 from ddrive_ros.observation import CAMERAS, Observation
+from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.ros import convert
 from ddrive_ros.ros.markers import plan_markers
+from ddrive_ros.ros.model import DEFAULT_CHECKPOINT
+from ddrive_ros.ros.node_process import rss_kb
 from ddrive_ros.ros.sync import OdomSample, SyncConfig, SyncError, Synchronizer, comfortable_stop
 
 P = ParameterType
+_OPT = PlannerOptions()
 # name -> (default, type, description). Every parameter set in config/planner.yaml or the launch files is here.
 PARAMETERS: dict[str, tuple[Any, int, str]] = {
-    "checkpoint": ("fast_ddrive_tiny", P.PARAMETER_STRING,
+    "checkpoint": (DEFAULT_CHECKPOINT, P.PARAMETER_STRING,
                    "checkpoint folder, shipped model name under models/, or random:<config>:<schema>"),
-    "backend": ("torch", P.PARAMETER_STRING, "runtime backend: torch | cuda_graph | onnx | tensorrt"),
-    "decoder": ("speculative", P.PARAMETER_STRING, "decoder: ar | diffusion | speculative | s2d2"),
+    "backend": (_OPT.backend, P.PARAMETER_STRING, "runtime backend: torch | cuda_graph | onnx | tensorrt"),
+    "decoder": (_OPT.decoder, P.PARAMETER_STRING, "decoder: ar | diffusion | speculative | s2d2"),
     "tau": (0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders"),
     "steps": (0, P.PARAMETER_INTEGER, "fixed denoising forwards per block (diffusion); 0 = by threshold"),
-    "rollouts": (1, P.PARAMETER_INTEGER, "trajectory rollouts sharing the prefix cache (averaged)"),
-    "rollout_temperature": (0.3, P.PARAMETER_DOUBLE, "sampling temperature of rollouts 2..N"),
-    "seed": (0, P.PARAMETER_INTEGER, "sampling seed (and random-weight seed)"),
-    "device": ("cpu", P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0"),
+    "rollouts": (_OPT.rollouts, P.PARAMETER_INTEGER, "trajectory rollouts sharing the prefix cache (averaged)"),
+    "rollout_temperature": (_OPT.rollout_temperature, P.PARAMETER_DOUBLE, "sampling temperature of rollouts 2..N"),
+    "seed": (_OPT.seed, P.PARAMETER_INTEGER, "sampling seed (and random-weight seed)"),
+    "device": (_OPT.device, P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0"),
     "num_threads": (0, P.PARAMETER_INTEGER, "torch CPU threads; 0 = torch default"),
     "warmup": (True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing"),
     "camera_type": ("raw", P.PARAMETER_STRING, "raw (sensor_msgs/Image) or compressed (CompressedImage)"),
@@ -358,7 +362,7 @@ class PlannerNode(Node):
         kv = planning.values
         for k, v in (("plans", self.plans), ("ticks", self.ticks), ("skipped_ticks", self.skipped_ticks),
                      ("fallback_plans", self.fallback_plans), ("fallback_active", self._fallback_active),
-                     ("plan_errors", self.plan_errors), ("busy", self._busy), ("rss_kb", _rss_kb())):
+                     ("plan_errors", self.plan_errors), ("busy", self._busy), ("rss_kb", rss_kb(os.getpid()) or -1)):
             kv.append(KeyValue(key=k, value=str(v)))
         for k, v in self.last_latency.items():
             kv.append(KeyValue(key=f"latency_ms/{k}", value=f"{v:.1f}"))
@@ -380,17 +384,6 @@ class PlannerNode(Node):
             self._cv.notify_all()
         self._worker.join(timeout=10.0)
         super().destroy_node()
-
-
-def _rss_kb() -> int:
-    try:
-        with open(f"/proc/{os.getpid()}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return -1
 
 
 def main(args: list[str] | None = None) -> None:

@@ -42,29 +42,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ddrive_ros import share_dir
 from ddrive_ros.sim.expert import Reason
 from ddrive_ros.sim.scenario import CYCLIST, EGO_FRONT, EGO_REAR_OVERHANG, PEDESTRIAN, VEHICLE
 from ddrive_ros.sim.traffic_light import GREEN, RED
 from ddrive_ros.plan import MetaBehavior
+from ddrive_ros.sample import label_schema
+from ddrive_ros.sim.world import SIM_DT
+from ddrive_ros.timeline import FUTURE_HORIZON_S
 from ddrive_ros.trajectory import wrap_angle, world_to_ego
 
-CRITICAL_OBJECTS: tuple[str, ...] = (
-    "lead_vehicle",
-    "lead_vehicle_braking",
-    "pedestrian_crossing",
-    "pedestrian_near_road",
-    "cyclist",
-    "vehicle_left_lane",
-    "vehicle_right_lane",
-    "oncoming_vehicle",
-    "red_light",
-    "green_light",
-    "stop_sign",
-    "intersection_ahead",
-)
-MAX_EXPLANATION_TOKENS = 192
-HORIZON_STEPS = 100  # 5 s at 0.05 s
+# names and lengths come from the label schema (config/schema/fast_ddrive.yaml), never copied here
+CRITICAL_OBJECTS: tuple[str, ...] = tuple(f.name for f in label_schema().section("critical_objects").fields)
+MAX_EXPLANATION_TOKENS = label_schema().section("explanation").fields[0].length
+HORIZON_STEPS = int(round(FUTURE_HORIZON_S / SIM_DT))  # labels look this far ahead (the plan horizon)
 
 
 @dataclass(frozen=True)
@@ -98,17 +88,9 @@ THRESHOLDS = LabelThresholds()
 
 
 # -- vocabulary -------------------------------------------------------------------------------
-def words_path() -> Path:
-    return share_dir() / "config" / "schema" / "words.txt"
-
-
-@lru_cache(maxsize=4)
-def load_words(path: str | Path | None = None) -> frozenset[str]:
-    """The explanation vocabulary: one token a line, '#' comments and blank lines skipped."""
-    p = Path(path) if path is not None else words_path()
-    if not p.is_file():
-        raise FileNotFoundError(f"explanation word list not found at {p}")
-    return frozenset(w.strip() for w in p.read_text().splitlines() if w.strip() and not w.strip().startswith("#"))
+def load_words() -> frozenset[str]:
+    """The explanation vocabulary of the label schema (config/schema/words.txt)."""
+    return frozenset(label_schema().words)
 
 
 def unknown_words(text: str, words: frozenset[str] | None = None) -> list[str]:
@@ -342,4 +324,4 @@ def explanation(ep, k: int, meta: MetaBehavior, objects: dict[str, bool]) -> str
 
 
 __all__ = ["CRITICAL_OBJECTS", "LabelThresholds", "THRESHOLDS", "critical_objects", "meta_behavior", "explanation",
-           "load_words", "unknown_words", "words_path"]
+           "load_words", "unknown_words"]

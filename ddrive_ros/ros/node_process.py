@@ -1,0 +1,74 @@
+"""The planner node as a child process (`python -m ddrive_ros.ros.node`), for replay, the demo and
+closed-loop runs: parameters on the command line, its own ROS_DOMAIN_ID, a log file, RSS."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def default_domain_id() -> int:
+    """A ROS_DOMAIN_ID derived from the pid, so concurrent test processes do not hear each other."""
+    return os.getpid() % 200 + 20
+
+
+def param_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def rss_kb(pid: int) -> int | None:
+    """Resident set size of a process (Linux /proc), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class NodeProcess:
+    """A running planner node; `stop()` sends SIGINT (a clean rclpy shutdown), then kills."""
+
+    def __init__(self, params: dict[str, Any], domain_id: int, log_path: Path, module: str = "ddrive_ros.ros.node"):
+        args = [sys.executable, "-m", module, "--ros-args"]
+        for k, v in params.items():
+            args += ["-p", f"{k}:={param_text(v)}"]
+        env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1")
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss_kb(self) -> int:
+        return rss_kb(self.pid) or -1
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if self.alive():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+        return self.proc.returncode
+
+    def tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text().splitlines()[-n:])
+        except OSError as e:
+            return f"(node log {self.log_path} unreadable: {e})"
