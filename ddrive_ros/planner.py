@@ -61,6 +61,11 @@ class Planner:
         past = torch.as_tensor(np.asarray(obs.past_xy, dtype=np.float32))[None]
         return self.bundle.model.ego_features(f(obs.speed), f(obs.accel), f(obs.yaw_rate), past)
 
+    def restart_sampling(self) -> None:
+        """Sampling seeds restart from options.seed, so a run of plans (one closed-loop episode)
+        draws the same rollouts whatever ran before it."""
+        self._plans = 0
+
     # ------------------------------------------------------------------ plan
     def plan(self, obs: Observation) -> Plan:
         obs.validate()

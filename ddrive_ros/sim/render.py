@@ -203,9 +203,12 @@ class Renderer:
 
     def _static_for(self, episode) -> _Static:
         if self._static_episode is not episode or self._static is None:
-            s_e = episode.ego_main_sd[:, 0]
-            self._static = build_static(episode.scenario.road_map,
-                                        (float(s_e.min()) - 30.0, float(s_e.max()) + VIEW_RANGE_M))
+            # a world still being stepped (closed loop) says which stretch of road it may reach
+            s_range = getattr(episode, "render_s_range", None)
+            if s_range is None:
+                s_e = episode.ego_main_sd[:, 0]
+                s_range = (float(s_e.min()) - 30.0, float(s_e.max()) + VIEW_RANGE_M)
+            self._static = build_static(episode.scenario.road_map, s_range)
             self._static_episode = episode
         return self._static
 
