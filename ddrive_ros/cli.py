@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "replay": "ddrive_ros.commands.replay",
     "demo": "ddrive_ros.commands.demo",
     "export": "ddrive_ros.commands.export",
+    "sim": "ddrive_ros.commands.sim",
 }
 
 

@@ -141,3 +141,44 @@ def write_png(path: str | Path, rgb: np.ndarray) -> Path:
     if not cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)):
         raise OSError(f"could not write {path}")
     return path
+
+
+def write_video(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.0) -> Path:
+    """RGB frames of one size -> an MP4 (OpenCV's mp4v codec). Raises when the writer cannot open."""
+    path = Path(path)
+    if not frames:
+        raise ValueError(f"no frames for {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h, w = frames[0].shape[:2]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), (w, h))
+    if not writer.isOpened():
+        raise OSError(f"OpenCV could not open an mp4v writer for {path}")
+    try:
+        for f in frames:
+            if f.shape[:2] != (h, w):
+                raise ValueError(f"frame size {f.shape[:2]} differs from the first frame's {(h, w)} in {path}")
+            writer.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    finally:
+        writer.release()
+    return path
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", width: int = 560,
+              bar_height: int = 22, value_range: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
+    """Horizontal bars, one per label, with the value written at the end of each bar."""
+    pad, label_w = 8, 170
+    h = pad * 3 + 18 + len(labels) * (bar_height + 6)
+    img = np.full((h, width, 3), BACKGROUND, np.uint8)
+    cv2.putText(img, title, (pad, pad + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.45, TEXT, 1, cv2.LINE_AA)
+    lo, hi = value_range
+    span = width - label_w - 3 * pad - 40
+    for i, (label, v) in enumerate(zip(labels, values)):
+        y = pad * 2 + 18 + i * (bar_height + 6)
+        cv2.putText(img, label[:26], (pad, y + bar_height - 7), cv2.FONT_HERSHEY_SIMPLEX, 0.4, TEXT, 1, cv2.LINE_AA)
+        frac = 0.0 if not np.isfinite(v) else float(np.clip((v - lo) / (hi - lo), 0.0, 1.0))
+        x0 = label_w + pad
+        cv2.rectangle(img, (x0, y), (x0 + int(frac * span), y + bar_height), PLAN, -1)
+        cv2.rectangle(img, (x0, y), (x0 + span, y + bar_height), LANE, 1)
+        cv2.putText(img, f"{v:.3f}", (x0 + span + 6, y + bar_height - 7), cv2.FONT_HERSHEY_SIMPLEX, 0.4, TEXT, 1,
+                    cv2.LINE_AA)
+    return img

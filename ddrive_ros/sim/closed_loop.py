@@ -256,6 +256,9 @@ class ClosedLoopWorld:
             self._image_cache[key] = renderer.render(self, step)  # type: ignore[attr-defined]
         return self._image_cache[key]
 
+    def clear_cache(self) -> None:
+        self._image_cache.clear()
+
     # -- what the scorer sees ----------------------------------------------------------------------
     def trace(self, start: int | None = None) -> EgoTrace:
         """The driven part from `start` (default: the end of the history) to now."""

@@ -1,0 +1,204 @@
+"""`ddrive sim`: the planner drives the synthetic world closed-loop and is scored like NAVSIM (PDMS).
+
+Rows on the same seeded episodes: the expert (ceiling, and the EP reference), constant velocity,
+a rule-based IDM planner, and the learned planner with each decoder and with N=4 rollouts. With
+--ros the learned rows drive through the real node process over DDS (ddrive_ros/ros/sim_bridge.py).
+Thresholds and the protocol: docs/closed_loop.md and ddrive_ros/sim/scorer.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# method -> (decoder, rollouts); None: a baseline
+LEARNED = {
+    "ar": ("ar", 1),
+    "diffusion": ("diffusion", 1),
+    "speculative": ("speculative", 1),
+    "s2d2": ("s2d2", 1),
+    "speculative N=4": ("speculative", 4),
+}
+BASELINES = ("expert", "constant velocity", "idm planner")
+ALIASES = {"cv": "constant velocity", "idm": "idm planner", "speculative_n4": "speculative N=4"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sim", help="closed-loop simulation scored like NAVSIM (PDMS), in-process or through the node",
+                       description=__doc__)
+    p.add_argument("--checkpoint", default=None, help="checkpoint folder or shipped model name (default: fast_ddrive_tiny)")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--seed", type=int, default=777, help="episode seed (777: the project's held-out seed)")
+    p.add_argument("--duration", type=float, default=8.0, help="episode seconds: 2 s expert history + the driven rest")
+    p.add_argument("--decoder", default=None, help="only this decoder for the learned row (with --rollouts)")
+    p.add_argument("--rollouts", type=int, default=1, help="trajectory rollouts of the --decoder row")
+    p.add_argument("--methods", default="all",
+                   help="comma-separated rows: expert, cv, idm, ar, diffusion, speculative, s2d2, speculative_n4; or all")
+    p.add_argument("--plan-hz", type=float, default=5.0, help="planning rate (must divide the 10 Hz camera rate)")
+    p.add_argument("--latency-ms", default="auto",
+                   help="auto: a plan applies after its measured computing time; a number: fixed latency (deterministic)")
+    p.add_argument("--json", default=None, help="write {'rows': [...], 'episodes': [...]} here")
+    p.add_argument("--video", default=None, help="folder for MP4s of a few episodes and a PDMS-per-method PNG")
+    p.add_argument("--video-episodes", type=int, default=3, help="how many episodes to film (the first ones)")
+    p.add_argument("--ros", action="store_true", help="drive the learned rows through the real node (own ROS_DOMAIN_ID)")
+    p.add_argument("--domain-id", type=int, default=None, help="with --ros: ROS_DOMAIN_ID of the first node")
+    p.add_argument("--num-threads", type=int, default=1,
+                   help="torch CPU threads of the in-process planners (1: no spinning pools fighting over shared cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def chosen_methods(methods: str, decoder: str | None, rollouts: int) -> dict[str, tuple[str, int] | None]:
+    """Row name -> (decoder, rollouts) for learned rows, None for baselines, in table order."""
+    if decoder is not None:
+        learned = {decoder if rollouts == 1 else f"{decoder} N={rollouts}": (decoder, rollouts)}
+    else:
+        learned = dict(LEARNED)
+    everything: dict[str, tuple[str, int] | None] = {**dict.fromkeys(BASELINES), **learned}
+    if methods == "all":
+        return everything
+    wanted = [ALIASES.get(m.strip(), m.strip()) for m in methods.split(",") if m.strip()]
+    unknown = [m for m in wanted if m not in everything]
+    if unknown:
+        raise ValueError(f"unknown --methods {unknown}; known: {', '.join(everything)} (aliases {ALIASES})")
+    if "expert" not in wanted:
+        wanted.insert(0, "expert")  # every other row's EP is relative to it
+    return {m: everything[m] for m in everything if m in wanted}
+
+
+def parse_latency(text: str) -> float | None:
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError as e:
+        raise ValueError(f"--latency-ms must be auto or a number of milliseconds, got {text!r}") from e
+    if value < 0:
+        raise ValueError(f"--latency-ms must be >= 0, got {value}")
+    return value
+
+
+def warm_up(planner) -> None:
+    """One plan on a blank observation: the first call allocates caches and is many times slower
+    than the rest, which in measured-latency mode would hand the first episode a multi-second lag."""
+    import numpy as np
+
+    from ddrive_ros.observation import CAMERAS, Observation
+
+    h, w = planner.config.vision.image_size
+    t = time.perf_counter()
+    planner.plan(Observation(images=np.zeros((2, len(CAMERAS), h, w, 3), np.uint8), speed=0.0, accel=0.0,
+                             yaw_rate=0.0, past_xy=np.zeros((4, 2))))
+    planner.restart_sampling()
+    log.info("warm-up plan (%s) took %.0f ms", planner.options.decoder, (time.perf_counter() - t) * 1e3)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ddrive_ros.sim.closed_loop_run import LoopOptions, markdown, run_methods
+    from ddrive_ros.sim.drivers import ConstantVelocityDriver, IdmPlannerDriver, ModelDriver
+    from ddrive_ros.sim.sample import default_renderer, episode_seeds
+
+    methods = chosen_methods(args.methods, args.decoder, args.rollouts)
+    opts = LoopOptions(duration_s=args.duration, plan_hz=args.plan_hz, latency_ms=parse_latency(args.latency_ms))
+    opts.plan_every()  # validates plan_hz before anything loads
+    opts.renderer = default_renderer()
+    factories: dict = {"expert": None}
+    if "constant velocity" in methods:
+        factories["constant velocity"] = lambda w: ConstantVelocityDriver()
+    if "idm planner" in methods:
+        factories["idm planner"] = lambda w: IdmPlannerDriver(w)
+    bridges = []
+    learned = {m: spec for m, spec in methods.items() if spec is not None}
+    if learned:
+        from ddrive_ros import checkpoint as ckpt
+        from ddrive_ros.planner import Planner, PlannerOptions
+
+        bundle = None if args.ros else ckpt.load(args.checkpoint)
+        if not args.ros and args.num_threads > 0:
+            import torch
+
+            torch.set_num_threads(args.num_threads)
+        for i, (name, (decoder, n)) in enumerate(learned.items()):
+            if args.ros:
+                from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
+
+                bridge = NodeBridge(NodeBridgeOptions(
+                    checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n,
+                    domain_id=None if args.domain_id is None else args.domain_id + i,
+                    log_path=Path(args.json or "sim").with_suffix("").as_posix() + f"_node_{i}.log"))
+                bridges.append(bridge)
+                factories[name] = (lambda b: (lambda w: b))(bridge)
+            else:
+                planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n))
+                warm_up(planner)
+                driver = ModelDriver(planner, planner.restart_sampling)
+                factories[name] = (lambda d: (lambda w: d))(driver)
+    seeds = episode_seeds(args.seed, args.episodes)
+    video_dir = Path(args.video) if args.video else None
+    film = set(seeds[: args.video_episodes]) if video_dir else set()
+    main = next((m for m in ("speculative N=4", *learned, "idm planner") if m in factories), None)
+    experts: dict[int, object] = {}
+    videos: list[str] = []
+
+    done: list = []
+
+    def on_episode(r) -> None:
+        done.append(r)
+        if r.method == "expert":
+            experts[r.seed] = r
+        if video_dir is not None and r.seed in film and r.method == main:
+            from ddrive_ros.sim.sim_video import write_episode_video
+
+            videos.append(str(write_episode_video(video_dir, r, opts.renderer, experts.get(r.seed))))
+        r.world.clear_cache()  # rendered frames are not needed past here: keeps memory flat over long runs
+        if args.json and r.method == list(factories)[-1]:  # an episode is complete: a long run reports early
+            write_json(args, partial_rows(done), done, {"partial": True, "episodes_done": len(experts)})
+
+    t0 = time.perf_counter()
+    try:
+        results = run_methods(factories, seeds, opts, on_episode, progress=not args.no_progress)
+    finally:
+        for b in bridges:
+            b.close()
+    wall = time.perf_counter() - t0
+    rows = [r.row() for r in results]
+    print(markdown(rows))
+    sim_s = sum(x.sim_s for r in results for x in r.runs)
+    world_s = sum(x.world_s for r in results for x in r.runs)
+    planner_s = sum(x.planner_s for r in results for x in r.runs)
+    print(f"\n{len(seeds)} episodes x {len(results)} methods in {wall:.0f} s wall: {sim_s:.0f} simulated s; "
+          f"per simulated second: world {world_s / max(sim_s, 1e-9):.3f} s, planner {planner_s / max(sim_s, 1e-9):.3f} s")
+    for r in rows:
+        print(f"  {r['method']:<18} world {r['world_s_per_sim_s']:.3f} s/sim-s   planner {r['planner_s_per_sim_s']:.3f} s/sim-s")
+    if video_dir is not None:
+        from ddrive_ros.sim.sim_video import write_summary
+
+        videos.append(str(write_summary(video_dir, rows)))
+        print("pictures: " + ", ".join(videos))
+    if args.json:
+        write_json(args, rows, [x for r in results for x in r.runs],
+                   {"partial": False, "wall_s": round(wall, 1), "sim_s": sim_s, "world_s": world_s, "planner_s": planner_s})
+    return 0
+
+
+def partial_rows(runs: list) -> list[dict]:
+    from ddrive_ros.sim.closed_loop_run import MethodResult
+
+    by: dict[str, list] = {}
+    for r in runs:
+        by.setdefault(r.method, []).append(r)
+    return [MethodResult(m, rs).row() for m, rs in by.items()]
+
+
+def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: dict) -> None:
+    doc = {"rows": rows,
+           "config": {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
+                      "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
+                      "ros": bool(args.ros), "num_threads": args.num_threads, **extra},
+           "episodes": [{"method": r.method, "seed": r.seed, **r.score.to_dict()} for r in runs]}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(doc, indent=1))
