@@ -111,8 +111,12 @@ def run_episode(seed: int, method: str, factory: DriverFactory | None, opts: Loo
             return out
         return render
 
+    observe_s = [0.0]
+
     def feed(w: ClosedLoopWorld) -> None:
+        t = time.perf_counter()
         driver.observe(w.state_row(), str(w.nav_command[w.k]), images_at(w.k) if w.is_camera_step() else None)
+        observe_s[0] += time.perf_counter() - t  # the node bridge waits for its plans here
 
     feed(world)
     world.drive_expert_until(world.start_step, feed)
@@ -147,8 +151,8 @@ def run_episode(seed: int, method: str, factory: DriverFactory | None, opts: Loo
             accel, steer = controller.command(world.vehicle, active, t)
         world.step(accel, steer)
         feed(world)
-    # the cameras are rendered lazily inside driver.plan: that time is the world's, not the planner's
-    run.planner_s = planner_s - render_s[0]
+    # cameras are rendered lazily inside the driver's calls: that time is the world's, not the planner's
+    run.planner_s = planner_s + observe_s[0] - render_s[0]
     run.world_s = time.perf_counter() - t_world - run.planner_s
     return _finish(run, expert_progress_m)
 

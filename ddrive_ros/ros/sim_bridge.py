@@ -1,0 +1,241 @@
+"""The closed loop through the real node: a simulator-side rclpy session that drives
+`python -m ddrive_ros.ros.node` (use_sim_time, its own ROS_DOMAIN_ID) in lockstep.
+
+It has the simulator's `Driver` methods (begin_episode / observe / plan, see
+ddrive_ros/sim/drivers.py) over plain numpy values, so the simulator calls it without knowing about
+ROS and this package never imports the simulator; `ddrive sim --ros` wires the two together.
+
+Per simulation step (`observe`): /odom (odom -> base_link, body-frame twist) and the navigation
+command, the three cameras (sensor_msgs/Image rgb8) on camera steps, then /clock. Lockstep: after
+a camera frame the bridge waits until the node has published a plan for it (the node plans every
+new front frame it can build an observation for), so the node is never busy when the next frame
+comes and no frame's plan is lost to a skipped tick. The node's timer runs at 1 kHz of sim time,
+so it fires on every /clock message. rclpy's executor runs ready timers before ready subscriptions,
+so the tick at a frame's own /clock usually sees the previous frame; the bridge then nudges /clock
+on by NUDGE_S (1.1 ms, far less than a 50 ms step) to make the timer fire again once the images are
+in, and again on a back-off schedule if the node has not answered yet.
+
+Episodes follow each other on one clock: each starts EPISODE_GAP_S after the previous one ended,
+so the node's buffers never mix two episodes and its "same anchor as last time" check never fires.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ddrive_ros.observation import CAMERAS
+from ddrive_ros.plan import MetaBehavior, Plan
+from ddrive_ros.ros import convert
+from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
+from ddrive_ros.timeline import FRAME_HISTORY_S
+from ddrive_ros.trajectory import yaw_to_quaternion
+
+log = logging.getLogger(__name__)
+
+EPISODE_GAP_S = 100.0  # s of sim time between episodes on the node's clock
+START_S = 1000.0  # first episode's time zero: stamps are never zero
+PLANNING_RATE_HZ = 1000.0  # the node's timer: fires on every /clock message
+NUDGE_S = 0.0011  # s: clock nudge, > the timer's 1 ms period; MAX_NUDGES of them stay inside a 50 ms step
+MAX_NUDGES = 40
+NUDGE_AT_S = (0.02, 0.1, 0.2, 0.4, 0.7, 1.0)  # wall seconds of waiting at which to nudge; then every 0.5 s
+
+
+@dataclass
+class NodeBridgeOptions:
+    checkpoint: str = "fast_ddrive_tiny"
+    decoder: str = "speculative"
+    rollouts: int = 1
+    domain_id: int | None = None  # default: ROS_DOMAIN_ID from the environment, else pid-derived
+    log_path: str | Path = "sim_node.log"
+    start_timeout_s: float = 180.0  # model load + warm-up + discovery, on a loaded 2-core machine
+    plan_timeout_s: float = 60.0  # one plan, wall seconds
+    num_threads: int = 1  # torch threads inside the node
+
+
+class NodeBridge:
+    def __init__(self, opts: NodeBridgeOptions) -> None:
+        import rclpy
+        from nav_msgs.msg import Odometry
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import Image
+        from std_msgs.msg import String
+
+        self.opts = opts
+        self.domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", default_domain_id()))
+        params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
+                  "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
+                  "num_threads": opts.num_threads}
+        self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path))
+        log.info("started planner node pid %d on ROS_DOMAIN_ID %d (%s, N=%d)", self.node_proc.pid, self.domain,
+                 opts.decoder, opts.rollouts)
+        self._msgs = {"Image": Image, "Odometry": Odometry, "String": String, "Clock": Clock}
+        self.rclpy = rclpy
+        self.context = rclpy.Context()
+        rclpy.init(args=[], context=self.context, domain_id=self.domain)
+        self.node = rclpy.create_node("ddrive_sim_bridge", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        reliable = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=50)
+        self.pub_cam = {c: self.node.create_publisher(Image, f"/camera/{c}/image_raw", reliable) for c in CAMERAS}
+        self.pub_odom = self.node.create_publisher(Odometry, "/odom", reliable)
+        self.pub_nav = self.node.create_publisher(String, "/navigation/command", reliable)
+        self.pub_clock = self.node.create_publisher(Clock, "/clock", reliable)
+        self._cv = threading.Condition()
+        self._plans: dict[int, dict] = {}  # input stamp (ns) -> plan JSON
+        self.node.create_subscription(String, "/ddrive/plan", self._on_plan, reliable)
+        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._spin.start()
+        self.offset = START_S - EPISODE_GAP_S
+        self.episode_start = 0.0
+        self.last_t = 0.0
+        self.clock_now = 0.0
+        self.nudges = 0
+        self.frame_sent_wall: dict[int, float] = {}
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    def _on_plan(self, msg) -> None:
+        doc = json.loads(msg.data)
+        if doc.get("fallback"):
+            return
+        with self._cv:
+            self._plans[_ns(float(doc["input_stamp"]))] = doc
+            self._cv.notify_all()
+
+    def _wait_ready(self) -> None:
+        t0 = time.monotonic()
+        while True:
+            if not self.node_proc.alive():
+                raise RuntimeError(f"planner node exited with {self.node_proc.proc.returncode}:\n{self.node_proc.tail()}")
+            ready_in = all(p.get_subscription_count() > 0 for p in (*self.pub_cam.values(), self.pub_odom))
+            ready_out = self.node.count_publishers("/ddrive/plan") > 0
+            if ready_in and ready_out:
+                break
+            if time.monotonic() - t0 > self.opts.start_timeout_s:
+                raise TimeoutError(f"planner node not ready within {self.opts.start_timeout_s:.0f} s (inputs matched: "
+                                   f"{ready_in}, plan output: {ready_out}); log {self.node_proc.log_path}:\n"
+                                   f"{self.node_proc.tail()}")
+            time.sleep(0.1)
+        time.sleep(0.5)  # the remaining endpoints (navigation, clock) match too
+        log.info("planner node ready after %.1f s", time.monotonic() - t0)
+
+    def _clock(self, t: float) -> None:
+        msg = self._msgs["Clock"]()
+        msg.clock = convert.to_stamp(t)
+        self.pub_clock.publish(msg)
+        self.clock_now = t
+
+    def _image(self, rgb: np.ndarray, t: float, camera: str):
+        msg = self._msgs["Image"]()
+        msg.header.stamp = convert.to_stamp(t)
+        msg.header.frame_id = f"camera_{camera}"
+        msg.height, msg.width = int(rgb.shape[0]), int(rgb.shape[1])
+        msg.encoding, msg.is_bigendian, msg.step = "rgb8", 0, int(rgb.shape[1] * 3)
+        msg.data = np.ascontiguousarray(rgb, dtype=np.uint8).tobytes()
+        return msg
+
+    def _odometry(self, t: float, x: float, y: float, yaw: float, v: float, yaw_rate: float):
+        msg = self._msgs["Odometry"]()
+        msg.header.stamp = convert.to_stamp(t)
+        msg.header.frame_id, msg.child_frame_id = "odom", "base_link"
+        msg.pose.pose.position.x, msg.pose.pose.position.y = float(x), float(y)
+        o = msg.pose.pose.orientation
+        o.x, o.y, o.z, o.w = yaw_to_quaternion(float(yaw))
+        msg.twist.twist.linear.x, msg.twist.twist.angular.z = float(v), float(yaw_rate)
+        return msg
+
+    def _wait_plan(self, t: float) -> dict:
+        """The node's plan for the frame at (offset) time t; nudges the clock if the node's timer
+        fired before the frame arrived."""
+        key = _ns(t)
+        t0 = time.monotonic()
+        nudged = 0
+        with self._cv:
+            while key not in self._plans:
+                waited = time.monotonic() - t0
+                if not self.node_proc.alive():
+                    raise RuntimeError(f"planner node died:\n{self.node_proc.tail()}")
+                if waited > self.opts.plan_timeout_s:
+                    raise TimeoutError(f"no plan from the node for the frame at t={t - self.offset:.2f} s of the episode "
+                                       f"within {self.opts.plan_timeout_s:.0f} s; log {self.node_proc.log_path}:\n"
+                                       f"{self.node_proc.tail()}")
+                due = NUDGE_AT_S[nudged] if nudged < len(NUDGE_AT_S) else NUDGE_AT_S[-1] + 0.5 * (nudged - len(NUDGE_AT_S) + 1)
+                if nudged < MAX_NUDGES and waited > due:
+                    nudged += 1
+                    self.nudges += 1
+                    self._clock(t + nudged * NUDGE_S)
+                self._cv.wait(0.05)
+            return self._plans.pop(key)
+
+    # ------------------------------------------------------------------ the Driver methods
+    def begin_episode(self, seed: int) -> None:
+        self.offset = max(self.offset + EPISODE_GAP_S, self.clock_now + EPISODE_GAP_S)
+        with self._cv:
+            self._plans.clear()
+        self.frame_sent_wall.clear()
+
+    def observe(self, state: np.ndarray, nav_command: str, images: Callable[[], np.ndarray] | None) -> None:
+        t_rel, x, y, yaw, v, w = (float(s) for s in state)
+        t = t_rel + self.offset
+        self.pub_odom.publish(self._odometry(t, x, y, yaw, v, w))
+        self.pub_nav.publish(self._msgs["String"](data=nav_command))
+        if images is not None:
+            imgs = images()
+            for cam, img in zip(CAMERAS, imgs):
+                self.pub_cam[cam].publish(self._image(img, t, cam))
+        self._clock(max(t, self.clock_now))
+        if images is not None:
+            self.frame_sent_wall[_ns(t)] = time.monotonic()
+            if t_rel >= FRAME_HISTORY_S - 1e-6:  # the node can build an observation from here on
+                self._last_frame_plan = self._wait_plan(t)
+                self._last_frame_t = t
+
+    def plan(self, t: float) -> tuple[Plan, float]:
+        t_abs = t + self.offset
+        if getattr(self, "_last_frame_t", None) is None or _ns(self._last_frame_t) != _ns(t_abs):
+            raise ValueError(f"plan asked for t={t:.2f} s, but the last camera frame planned was "
+                             f"{(getattr(self, '_last_frame_t', 0.0) or 0.0) - self.offset:.2f} s")
+        doc = self._last_frame_plan
+        latency = time.monotonic() - self.frame_sent_wall.pop(_ns(t_abs))
+        return plan_from_json(doc, self.offset), latency
+
+    def close(self) -> None:
+        try:
+            self.executor.shutdown(timeout_sec=1.0)
+            self.node.destroy_node()
+            self.rclpy.try_shutdown(context=self.context)
+        finally:
+            code = self.node_proc.stop()
+            log.info("planner node exited with %s (clock nudges: %d)", code, self.nudges)
+
+
+def _ns(t: float) -> int:
+    return int(round(t * 1e9 / 1e6)) * 1_000_000  # millisecond keys: stamps survive the float round trip
+
+
+def plan_from_json(doc: dict, offset: float = 0.0) -> Plan:
+    """The node's /ddrive/plan JSON back into a Plan (trajectory, rollouts, meta), stamp minus offset."""
+    if "trajectory" not in doc:
+        raise ValueError(f"/ddrive/plan message without a trajectory (keys {sorted(doc)})")
+    traj = np.array([[r["t"], r["x"], r["y"], r["yaw"], r["v"]] for r in doc["trajectory"]], dtype=float)
+    wps = doc.get("waypoints", [])
+    meta = doc.get("future_meta_behavior")
+    return Plan(schema=str(doc.get("schema", "")), waypoints=np.array([[w["x"], w["y"]] for w in wps], float).reshape(-1, 2),
+                waypoint_times=np.array([w["t"] for w in wps], float), trajectory=traj,
+                rollouts=[np.asarray(r, float) for r in doc.get("rollouts", [])],
+                meta=MetaBehavior(**meta) if meta else None, stamp=float(doc["input_stamp"]) - offset,
+                critical_objects=dict(doc.get("critical_objects", {})), explanation=doc.get("explanation"))
