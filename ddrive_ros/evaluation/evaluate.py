@@ -16,6 +16,7 @@ from ddrive_ros.plan import Plan, meta_text
 from ddrive_ros.planner import Planner, PlannerOptions
 from ddrive_ros.sample import Sample
 from ddrive_ros.sim.camera import default_cameras
+from ddrive_ros.sim.open_loop_pdm import pdm_summary
 from ddrive_ros.sim.sample import EGO_HALF_EXTENTS, samples_from_world
 from ddrive_ros.timeline import FUTURE_HORIZON_S, PAST_HORIZON_S
 
@@ -43,6 +44,7 @@ def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list
     row["collision_rate"] = float(np.mean([
         metrics.collides(p, times, s.observation.speed, s.objects_future[:, keep], s.objects_half_extents,
                          EGO_HALF_EXTENTS) for p, s in zip(preds, samples)]))
+    row.update(pdm_summary(preds, times, samples))  # NAVSIM's protocol: each plan tracked 4 s, agents replayed
     if plans:
         labelled = [(p, s) for p, s in zip(plans, samples) if p.meta is not None and s.labels.meta is not None]
         if labelled:
@@ -130,7 +132,7 @@ def write_pictures(out: Path, samples: list[Sample], plans: dict[str, list[Plan]
     return written
 
 
-COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "lat_acc", "lon_acc", "co_f1", "expl_acc",
+COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "pdms", "nc", "dac", "ep", "ttc", "comfort", "lat_acc", "lon_acc", "co_f1", "expl_acc",
            "forwards_per_plan", "ms_per_plan"]
 
 

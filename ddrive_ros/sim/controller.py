@@ -18,12 +18,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ddrive_ros.sim.scenario import EGO_WHEELBASE
+from ddrive_ros.sim.scorer import savgol_derivative
 
 K_S = 0.6  # 1/s^2: position gain (along the path)
 K_V = 1.6  # 1/s: speed gain
 ACCEL_LIMITS = (-7.0, 3.0)  # m/s^2: hardest braking (the world's IDM a_min) and strongest acceleration
 MAX_STEER = 0.6  # rad: as the expert
 MAX_STEER_RATE = 0.8  # rad/s at the road wheel
+REFERENCE_WINDOW = 5  # plan samples (1.25 s at 0.25 s) of the quadratic fit giving the speed/accel reference
 STOP_SPEED = 0.2  # m/s: a plan slower than this at the current instant and ahead means "stand still"
 
 
@@ -86,12 +88,17 @@ class WorldPlan:
         t = np.concatenate([[0.0], traj[:, 0]])
         seg = np.linalg.norm(np.diff(xy, axis=0), axis=1)
         arc = np.concatenate([[0.0], np.cumsum(seg)])
-        # speed and acceleration along the path from the arc length (central differences), starting
-        # from the measured speed: the plan's own v column is a finite difference of quantised points
-        v = np.gradient(arc, t)
-        v[0] = v0
+        # speed and acceleration along the path from the arc length by a local quadratic fit over
+        # REFERENCE_WINDOW samples (Savitzky-Golay): a plan's points are quantised (0.1 m), and raw
+        # differences of them would feed the tracker steps of +-1 m/s^2 every sample, i.e. jerk
+        dt = np.diff(t)
+        if len(t) >= 3 and np.allclose(dt, dt[0]):
+            v = savgol_derivative(arc, float(dt[0]), 1, window=REFERENCE_WINDOW)
+            a = savgol_derivative(arc, float(dt[0]), 2, window=REFERENCE_WINDOW)
+        else:  # an uneven grid: plain differences
+            v = np.gradient(arc, t)
+            a = np.gradient(v, t)
         v = np.maximum(v, 0.0)
-        a = np.gradient(v, t)
         moving = seg > 0.05
         if np.any(moving):
             last = int(np.flatnonzero(moving)[-1])
