@@ -109,3 +109,22 @@ def test_ddrive_sim_two_short_episodes_in_process(tmp_path):
     assert rows["speculative"]["plan_ms"] > 0 and rows["speculative"]["latency_ms"] == pytest.approx(200.0)
     assert len(list((tmp_path / "video").glob("*.mp4"))) == 1
     assert (tmp_path / "video" / "pdms_by_method.png").stat().st_size > 1000
+
+
+def test_open_loop_pdm_navsim_protocol_expert_future_scores_one_constant_velocity_lower():
+    """`ddrive eval`'s PDMS: the expert's own recorded future, tracked 4 s, is the ceiling; holding
+    speed and yaw rate through lights and leads is not; a plan that stands still makes no progress."""
+    from ddrive_ros.evaluation.evaluate import held_out_samples
+    from ddrive_ros.evaluation.metrics import constant_velocity_prediction
+    from ddrive_ros.sim.open_loop_pdm import open_loop_pdm, pdm_summary
+
+    samples = held_out_samples(777, 16)
+    times = samples[0].future_times
+    expert = pdm_summary([s.future_xy for s in samples], times, samples)
+    cv = pdm_summary([constant_velocity_prediction(s.observation.speed, s.observation.yaw_rate, times)
+                      for s in samples], times, samples)
+    assert expert["pdms"] >= 0.95 and expert["nc"] == 1.0 and expert["dac"] == 1.0
+    assert cv["pdms"] < expert["pdms"] - 0.1
+    moving = next(s for s in samples if s.future_xy[-1, 0] > 20.0)
+    stand = open_loop_pdm(np.zeros_like(moving.future_xy), times, moving)
+    assert stand.ep < 0.5 and stand.progress_m < 0.5 * open_loop_pdm(moving.future_xy, times, moving).progress_m
