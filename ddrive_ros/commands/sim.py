@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tempfile
 import time
 from pathlib import Path
 
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
             import torch
 
             torch.set_num_threads(args.num_threads)
+        # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
+        node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
         for i, (name, (decoder, n)) in enumerate(learned.items()):
             if args.ros:
                 from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                 bridge = NodeBridge(NodeBridgeOptions(
                     checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n,
                     domain_id=None if args.domain_id is None else args.domain_id + i,
-                    log_path=Path(args.json or "sim").with_suffix("").as_posix() + f"_node_{i}.log"))
+                    log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
                 bridges.append(bridge)
                 factories[name] = (lambda b: (lambda w: b))(bridge)
             else:
