@@ -59,15 +59,15 @@ def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list
     return row
 
 
-def held_out_samples(seed: int, episodes: int, per_episode: int = 1) -> list[Sample]:
+def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s: float = 12.0) -> list[Sample]:
     """`per_episode` anchors spread over each of `episodes` world episodes (seeded); episodes too
     short for one anchor give none. Raises ValueError when no episode gives a sample."""
     by_ep: dict[int, list[Sample]] = {}
-    for s in samples_from_world(seed, episodes, stride_s=1.0):
+    for s in samples_from_world(seed, episodes, stride_s=1.0, duration_s=duration_s):
         by_ep.setdefault(s.episode_seed, []).append(s)
     if not by_ep:
-        raise ValueError(f"no samples from {episodes} episodes of seed {seed}: episodes must last at least "
-                         f"{PAST_HORIZON_S + FUTURE_HORIZON_S:g} s (past + future horizon)")
+        raise ValueError(f"no samples from {episodes} episodes of {duration_s:g} s (seed {seed}): episodes must last "
+                         f"at least {PAST_HORIZON_S + FUTURE_HORIZON_S:g} s (past + future horizon)")
     samples = []
     for eps in by_ep.values():
         idx = np.linspace(0, len(eps) - 1, min(per_episode, len(eps))).round().astype(int)
