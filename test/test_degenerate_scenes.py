@@ -91,7 +91,7 @@ def test_a_few_hundred_world_seeds_build_score_and_plan(planner):
     seeds = episode_seeds(PROPERTY_SEED + 1, 200)
     kinds, built = set(), 0
     for i, seed in enumerate(seeds):
-        episode = Episode(seed, (7.0, 8.0, 9.5)[i % 3])
+        episode = Episode(seed, (7.0, 7.5, 8.0)[i % 3])
         kinds.add((episode.scenario.kind, episode.scenario.nav_command, episode.n_agents == 0))
         frames = valid_anchor_frames(episode, stride_s=2.0)
         samples = [make_sample(episode, frames[-1])] if frames else []
