@@ -2,6 +2,7 @@
 against a constant-velocity baseline and the expert. Markdown table, JSON and PNGs."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from dataclasses import asdict
@@ -13,6 +14,7 @@ from tqdm import tqdm
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.evaluation import draw, metrics
+from ddrive_ros.observation import Observation
 from ddrive_ros.plan import MetaBehavior, Plan, meta_text
 from ddrive_ros.planner import Planner, PlannerOptions
 from ddrive_ros.sample import Sample, label_schema
@@ -30,7 +32,17 @@ METHODS: list[tuple[str, str, dict, int]] = [
     ("speculative N=2", "speculative", {}, 2),
     ("speculative N=4", "speculative", {}, 4),
     ("speculative N=8", "speculative", {}, 8),
+    ("speculative (nav shuffled)", "speculative", {}, 1),  # ablation: does the model read the command?
 ]
+SHUFFLED_NAV = "speculative (nav shuffled)"
+
+
+def shuffled_nav(samples: list[Sample], seed: int = 0) -> list[Observation]:
+    """The samples' observations with their navigation commands permuted among them (seeded): a
+    model that reads the command must lose lateral macro-F1 here."""
+    commands = [s.observation.nav_command for s in samples]
+    order = np.random.default_rng(seed).permutation(len(commands))
+    return [dataclasses.replace(s.observation, nav_command=commands[j]) for s, j in zip(samples, order)]
 
 
 def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list[Plan] | None = None,
@@ -127,7 +139,8 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
     kept_plans = {}
     for name, decoder, knobs, n in tqdm(chosen, desc="methods"):
         planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n, rollout_temperature=rollout_temperature))
-        plans = [planner.plan(s.observation) for s in tqdm(samples, desc=name, leave=False)]
+        observations = shuffled_nav(samples, seed) if name == SHUFFLED_NAV else [s.observation for s in samples]
+        plans = [planner.plan(o) for o in tqdm(observations, desc=name, leave=False)]
         rows.append(score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon))
         kept_plans[name] = plans
     if plots:
