@@ -20,7 +20,7 @@ def share_dir() -> Path:
         from ament_index_python.packages import get_package_share_directory
 
         return Path(get_package_share_directory("ddrive_ros"))
-    except Exception:  # noqa: BLE001 - no ament index outside a ROS install
+    except (ImportError, LookupError):  # no ament index outside a ROS install, or the package not in it
         return source
 
 

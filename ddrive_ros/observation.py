@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ddrive_ros.timeline import PAST_TIMES
+
 CAMERAS: tuple[str, ...] = ("left_front", "front", "right_front")
 NAV_COMMANDS: tuple[str, ...] = (
     "FOLLOW_LANE",
@@ -14,7 +16,7 @@ NAV_COMMANDS: tuple[str, ...] = (
     "CHANGE_LANE_RIGHT",
     "STOP",
 )
-PAST_STEPS = 4  # past ego poses at -2.0, -1.5, -1.0, -0.5 s in the ego frame at t0
+PAST_STEPS = len(PAST_TIMES)  # past ego poses at timeline.PAST_TIMES in the ego frame at t0
 
 
 @dataclass

@@ -74,8 +74,9 @@ def test_episode_timing_grid():
     assert ep.n_steps == 241 and SIM_DT == 0.05
     assert len(ep.frames) == 121 and ep.frames[10].t == pytest.approx(1.0) and ep.frames[10].step == 20
     assert valid_anchor_frames(ep) == list(range(20, 71, 5))  # t0 = 2.0 .. 7.0 s
+    assert valid_anchor_frames(Episode(1, 5.0)) == []  # shorter than past + future: simulates, no anchors
     with pytest.raises(ValueError):
-        Episode(1, 5.0)
+        Episode(1, 0.05)
 
 
 def _box(centre: np.ndarray, yaw: float, half: np.ndarray) -> np.ndarray:

@@ -22,31 +22,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def load_samples(data: dict):
-    """Samples from the synthetic world (`source: world`) or from bag folders (`source: bags`)."""
-    source = data.get("source", "world")
-    if source == "world":
-        from ddrive_ros.sim.sample import samples_from_world
-
-        return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
-                                       duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5))))
-    if source == "bags":
-        from ddrive_ros.bags.reader import extract_samples
-
-        out = []
-        for bag in data["bags"]:
-            samples, report = extract_samples(bag)
-            log.info("bag %s: %d samples, dropped %s", bag, len(samples), report)
-            out += samples
-        return out
-    raise ValueError(f"unknown data source {source!r} (world | bags)")
-
-
 def run(args: argparse.Namespace) -> int:
     from ddrive_ros import checkpoint as ckpt
     from ddrive_ros.scaffold.codec import Codec
     from ddrive_ros.scaffold.layout import Layout
     from ddrive_ros.training.dataset import tensorize
+    from ddrive_ros.training.sources import load_samples
     from ddrive_ros.training.trainer import TrainConfig, plot_losses, train
 
     raw = yaml.safe_load(Path(args.config).read_text())

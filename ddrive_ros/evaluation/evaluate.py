@@ -2,7 +2,9 @@
 against a constant-velocity baseline and the expert. Markdown table, JSON and PNGs."""
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -12,9 +14,10 @@ from tqdm import tqdm
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.evaluation import draw, metrics
-from ddrive_ros.plan import Plan, meta_text
+from ddrive_ros.observation import Observation
+from ddrive_ros.plan import MetaBehavior, Plan, meta_text
 from ddrive_ros.planner import Planner, PlannerOptions
-from ddrive_ros.sample import Sample
+from ddrive_ros.sample import Sample, label_schema
 from ddrive_ros.sim.camera import default_cameras
 from ddrive_ros.sim.open_loop_pdm import pdm_summary
 from ddrive_ros.sim.sample import EGO_HALF_EXTENTS, samples_from_world
@@ -30,7 +33,17 @@ METHODS: list[tuple[str, str, dict, int]] = [
     ("speculative N=2", "speculative", {}, 2),
     ("speculative N=4", "speculative", {}, 4),
     ("speculative N=8", "speculative", {}, 8),
+    ("speculative (nav shuffled)", "speculative", {}, 1),  # ablation: does the model read the command?
 ]
+SHUFFLED_NAV = "speculative (nav shuffled)"
+
+
+def shuffled_nav(samples: list[Sample], seed: int = 0) -> list[Observation]:
+    """The samples' observations with their navigation commands permuted among them (seeded): a
+    model that reads the command must lose lateral macro-F1 here."""
+    commands = [s.observation.nav_command for s in samples]
+    order = np.random.default_rng(seed).permutation(len(commands))
+    return [dataclasses.replace(s.observation, nav_command=commands[j]) for s, j in zip(samples, order)]
 
 
 def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list[Plan] | None = None,
@@ -46,13 +59,7 @@ def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list
                          EGO_HALF_EXTENTS) for p, s in zip(preds, samples)]))
     row.update(pdm_summary(preds, times, samples))  # NAVSIM's protocol: each plan tracked 4 s, agents replayed
     if plans:
-        labelled = [(p, s) for p, s in zip(plans, samples) if p.meta is not None and s.labels.meta is not None]
-        if labelled:
-            row["lat_acc"] = float(np.mean([p.meta.lateral == s.labels.meta.lateral for p, s in labelled]))
-            row["lon_acc"] = float(np.mean([p.meta.longitudinal == s.labels.meta.longitudinal for p, s in labelled]))
-        co = [(p.critical_objects, s.labels.critical_objects) for p, s in zip(plans, samples) if p.critical_objects]
-        if co:
-            row["co_f1"] = metrics.f1([c[0] for c in co], [c[1] for c in co])
+        row.update(behaviour_scores([p.meta for p in plans], [p.critical_objects for p in plans], samples))
         ex = [(p.explanation.split(), (s.labels.explanation or "").split()) for p, s in zip(plans, samples) if p.explanation is not None]
         if ex:
             row["expl_acc"] = float(np.mean([np.mean([a == b for a, b in zip(pw + [""] * len(tw), tw)]) if tw else 1.0 for pw, tw in ex]))
@@ -61,15 +68,53 @@ def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list
     return row
 
 
-def held_out_samples(seed: int, episodes: int, per_episode: int = 1) -> list[Sample]:
+META_FIELDS = {"lat": "lateral", "lon": "longitudinal"}
+
+
+def behaviour_scores(metas: list[MetaBehavior | None], objects: list[dict[str, bool]], samples: list[Sample]) -> dict[str, Any]:
+    """Meta behaviour (accuracy, macro-F1, per-class recall, confusion) and critical objects (micro
+    and per-object F1) against the labels, over the samples that have both."""
+    row: dict[str, Any] = {}
+    section = label_schema().section("future_meta_behavior")
+    labelled = [(m, s.labels.meta) for m, s in zip(metas, samples) if m is not None and s.labels.meta is not None]
+    if labelled:
+        for key, name in META_FIELDS.items():
+            classes = next(f.values for f in section.fields if f.name == name)
+            rep = metrics.classification([getattr(m, name) for m, _ in labelled], [getattr(t, name) for _, t in labelled],
+                                         classes)
+            row[f"{key}_acc"], row[f"{key}_macro_f1"] = rep["accuracy"], rep["macro_f1"]
+            row[f"{key}_recall"], row[f"{key}_confusion"] = rep["recall"], {"classes": rep["classes"],
+                                                                             "rows_truth": rep["confusion"]}
+    co = [(o, s.labels.critical_objects) for o, s in zip(objects, samples) if o and s.labels.critical_objects]
+    if co:
+        row["co_f1"] = metrics.f1([c[0] for c in co], [c[1] for c in co])
+        row["co_f1_per_object"] = metrics.per_key_f1([c[0] for c in co], [c[1] for c in co])
+    return row
+
+
+def majority_row(samples: list[Sample]) -> dict[str, Any]:
+    """The trivial behaviour baseline: the most frequent label of each meta field and each
+    critical object on these samples, answered for every sample."""
+    metas = [s.labels.meta for s in samples if s.labels.meta is not None]
+    if not metas:
+        return {"method": "majority class"}
+    guess = MetaBehavior(**{name: Counter(getattr(m, name) for m in metas).most_common(1)[0][0]
+                            for name in ("longitudinal", "lateral", "turn_signal")})
+    objs = [s.labels.critical_objects for s in samples if s.labels.critical_objects]
+    const = {k: Counter(o[k] for o in objs).most_common(1)[0][0] for k in objs[0]} if objs else {}
+    return {"method": "majority class",
+            **behaviour_scores([guess] * len(samples), [dict(const)] * len(samples), samples)}
+
+
+def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s: float = 12.0) -> list[Sample]:
     """`per_episode` anchors spread over each of `episodes` world episodes (seeded); episodes too
     short for one anchor give none. Raises ValueError when no episode gives a sample."""
     by_ep: dict[int, list[Sample]] = {}
-    for s in samples_from_world(seed, episodes, stride_s=1.0):
+    for s in samples_from_world(seed, episodes, stride_s=1.0, duration_s=duration_s):
         by_ep.setdefault(s.episode_seed, []).append(s)
     if not by_ep:
-        raise ValueError(f"no samples from {episodes} episodes of seed {seed}: episodes must last at least "
-                         f"{PAST_HORIZON_S + FUTURE_HORIZON_S:g} s (past + future horizon)")
+        raise ValueError(f"no samples from {episodes} episodes of {duration_s:g} s (seed {seed}): episodes must last "
+                         f"at least {PAST_HORIZON_S + FUTURE_HORIZON_S:g} s (past + future horizon)")
     samples = []
     for eps in by_ep.values():
         idx = np.linspace(0, len(eps) - 1, min(per_episode, len(eps))).round().astype(int)
@@ -90,12 +135,14 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
     horizon = wf.dt * wf.count
     rows = [score("constant velocity", [metrics.constant_velocity_prediction(s.observation.speed, s.observation.yaw_rate, times)
                                         for s in samples], samples, horizon=horizon),
-            score("expert", [s.future_xy for s in samples], samples, horizon=horizon)]
+            score("expert", [s.future_xy for s in samples], samples, horizon=horizon),
+            majority_row(samples)]
     chosen = [m for m in METHODS if methods == "all" or m[0] in methods.split(",")]
     kept_plans = {}
     for name, decoder, knobs, n in tqdm(chosen, desc="methods"):
         planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n, rollout_temperature=rollout_temperature))
-        plans = [planner.plan(s.observation) for s in tqdm(samples, desc=name, leave=False)]
+        observations = shuffled_nav(samples, seed) if name == SHUFFLED_NAV else [s.observation for s in samples]
+        plans = [planner.plan(o) for o in tqdm(observations, desc=name, leave=False)]
         rows.append(score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon))
         kept_plans[name] = plans
     if plots:
@@ -132,7 +179,8 @@ def write_pictures(out: Path, samples: list[Sample], plans: dict[str, list[Plan]
     return written
 
 
-COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "pdms", "nc", "dac", "ep", "ttc", "comfort", "lat_acc", "lon_acc", "co_f1", "expl_acc",
+COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "pdms", "nc", "dac", "ep", "ttc",
+           "comfort", "lat_acc", "lat_macro_f1", "lon_acc", "lon_macro_f1", "co_f1", "expl_acc",
            "forwards_per_plan", "ms_per_plan"]
 
 

@@ -147,3 +147,39 @@ def percentiles(values: Sequence[float]) -> dict[str, float]:
     a = np.asarray(values, dtype=float)
     return {"p50": round(float(np.percentile(a, 50)), 2), "p90": round(float(np.percentile(a, 90)), 2),
             "p99": round(float(np.percentile(a, 99)), 2), "max": round(float(a.max()), 2), "n": int(a.size)}
+
+
+def classification(pred: Sequence[str], truth: Sequence[str], classes: Sequence[str]) -> dict:
+    """Accuracy, macro-F1 over the classes present in truth or prediction, per-class precision,
+    recall and F1, and the confusion matrix (rows truth, columns prediction, in `classes` order).
+    Macro-F1 is what a constant answer cannot pass: always-STRAIGHT scores high accuracy and a
+    macro-F1 near 1 / (number of classes)."""
+    index = {c: i for i, c in enumerate(classes)}
+    unknown = sorted({c for c in (*pred, *truth) if c not in index})
+    if unknown:
+        raise ValueError(f"labels {unknown} are not among the classes {list(classes)}")
+    confusion = np.zeros((len(classes), len(classes)), dtype=int)
+    for p, t in zip(pred, truth):
+        confusion[index[t], index[p]] += 1
+    tp = np.diag(confusion).astype(float)
+    support, predicted = confusion.sum(1), confusion.sum(0)
+    recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    f1s = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp), where=precision + recall > 0)
+    seen = (support > 0) | (predicted > 0)
+    return {
+        "accuracy": float(tp.sum() / max(len(truth), 1)),
+        "macro_f1": float(f1s[seen].mean()) if seen.any() else 0.0,
+        "recall": {c: float(recall[i]) for i, c in enumerate(classes) if support[i] > 0},
+        "precision": {c: float(precision[i]) for i, c in enumerate(classes) if predicted[i] > 0},
+        "f1": {c: float(f1s[i]) for i, c in enumerate(classes) if seen[i]},
+        "support": {c: int(support[i]) for i, c in enumerate(classes) if support[i] > 0},
+        "confusion": confusion.tolist(),
+        "classes": list(classes),
+    }
+
+
+def per_key_f1(pred: Sequence[dict[str, bool]], truth: Sequence[dict[str, bool]]) -> dict[str, float]:
+    """F1 of each yes/no judgement (critical object) separately."""
+    keys = list(truth[0]) if truth else []
+    return {k: f1([{k: p[k]} for p in pred], [{k: t[k]} for t in truth]) for k in keys}

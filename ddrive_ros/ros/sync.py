@@ -24,13 +24,9 @@ from ddrive_ros.observation_recipe import ANCHOR, EgoTrack, RecipeError, assembl
 
 
 
-class SyncError(RuntimeError):
-    """No observation can be built now; `reason` is a short machine-readable key."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
+class SyncError(RecipeError):
+    """No observation can be built now; `reason` is a short machine-readable key (stale_input,
+    no_odometry, no_history, no_match)."""
 
 
 class DropCounter:

@@ -22,6 +22,7 @@ from ddrive_ros.sim.controller import MAX_STEER, TrackingController, VehicleStat
 from ddrive_ros.sim.scenario import EGO_WHEELBASE
 from ddrive_ros.sim.scorer import EgoTrace, EpisodeScore, score_episode
 from ddrive_ros.sim.world import SIM_DT, Episode
+from ddrive_ros.trajectory import world_to_ego
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,13 @@ def open_loop_pdm(plan_xy: np.ndarray, times: np.ndarray, sample: Sample,
     if k0 + n >= ep.n_steps:
         raise ValueError(f"sample t0={sample.t0} of episode {sample.episode_seed} has less than {HORIZON_S} s of future")
     pose = (float(ep.ego_xy[k0, 0]), float(ep.ego_xy[k0, 1]), float(ep.ego_yaw[k0]))
+    # an episode's scenario depends on its duration (walkers, braking events): make sure this is the
+    # episode the sample came from before scoring against its agents
+    steps = k0 + np.round(np.asarray(sample.future_times) / SIM_DT).astype(int)
+    if steps[-1] < ep.n_steps and not np.allclose(world_to_ego(ep.ego_xy[steps], pose[:2], pose[2]), sample.future_xy,
+                                                  atol=1e-6):
+        raise ValueError(f"sample (episode {sample.episode_seed}, t0={sample.t0}) does not match the episode "
+                         f"re-simulated for {duration_s} s: pass the duration its samples were made with")
     v0 = float(sample.observation.speed)
     traj = np.column_stack([np.asarray(times, float), np.asarray(plan_xy, float)[:, :2]])
     plan = WorldPlan.from_ego_trajectory(traj, 0.0, pose, v0)

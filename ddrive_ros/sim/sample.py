@@ -102,7 +102,7 @@ def make_sample(episode: Episode, t0_index: int, renderer: Renderer | None = Non
         future_speed=episode.ego_v[fut_steps].copy(),
         objects_future=obj_xy,
         objects_yaw=obj_yaw.reshape(n_agents, len(fut_steps)),
-        objects_half_extents=np.asarray(episode.agent_size, dtype=float).reshape(n_agents, -1)[:, :2] / 2.0,
+        objects_half_extents=np.asarray(episode.agent_size, dtype=float).reshape(n_agents, 3)[:, :2] / 2.0,
         objects_kind=tuple(str(x) for x in episode.agent_kind),
         episode_seed=episode.seed,
         t0=float(frame.t),

@@ -53,13 +53,16 @@ class Episode:
     Ego arrays describe base_link (rear-axle centre); agent arrays the centres of their boxes.
     """
 
-    def __init__(self, seed: int, duration_s: float = 12.0, params: IdmParams | None = None) -> None:
-        if duration_s < 7.0:
-            raise ValueError(f"an episode needs at least 7 s (2 s past + 5 s future), got {duration_s}")
+    def __init__(self, seed: int, duration_s: float = 12.0, params: IdmParams | None = None,
+                 scenario: Scenario | None = None) -> None:
+        """Episode `seed` of the scenario sampler, or the given scenario (e.g. an edited one). An
+        episode shorter than past + future horizon (7 s) simulates but gives no samples."""
+        if duration_s < 2 * SIM_DT:
+            raise ValueError(f"an episode needs at least two simulation steps, got duration {duration_s} s")
         self.seed = int(seed)
         self.duration_s = float(duration_s)
         self.dt = SIM_DT
-        self.scenario: Scenario = sample_scenario(self.seed, self.duration_s)
+        self.scenario: Scenario = scenario if scenario is not None else sample_scenario(self.seed, self.duration_s)
         self.n_steps = int(round(self.duration_s / SIM_DT)) + 1
         self.t = np.arange(self.n_steps) * SIM_DT
         self._image_cache: dict[tuple[int, object], np.ndarray] = {}
