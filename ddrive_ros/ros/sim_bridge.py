@@ -101,6 +101,8 @@ class NodeBridge:
         self.clock_now = 0.0
         self.nudges = 0
         self.frame_sent_wall: dict[int, float] = {}
+        self._last_frame_t: float | None = None  # the newest camera frame the node has planned, and its plan
+        self._last_frame_plan: dict | None = None
         try:
             self._wait_ready()
         except BaseException:
@@ -187,6 +189,7 @@ class NodeBridge:
         with self._cv:
             self._plans.clear()
         self.frame_sent_wall.clear()
+        self._last_frame_t = self._last_frame_plan = None
 
     def observe(self, state: np.ndarray, nav_command: str, images: Callable[[], np.ndarray] | None) -> None:
         t_rel, x, y, yaw, v, w = (float(s) for s in state)
@@ -206,9 +209,9 @@ class NodeBridge:
 
     def plan(self, t: float) -> tuple[Plan, float]:
         t_abs = t + self.offset
-        if getattr(self, "_last_frame_t", None) is None or _ns(self._last_frame_t) != _ns(t_abs):
-            raise ValueError(f"plan asked for t={t:.2f} s, but the last camera frame planned was "
-                             f"{(getattr(self, '_last_frame_t', 0.0) or 0.0) - self.offset:.2f} s")
+        if self._last_frame_t is None or self._last_frame_plan is None or _ns(self._last_frame_t) != _ns(t_abs):
+            last = None if self._last_frame_t is None else round(self._last_frame_t - self.offset, 3)
+            raise ValueError(f"plan asked for t={t:.2f} s, but the last camera frame the node planned was at {last} s")
         doc = self._last_frame_plan
         latency = time.monotonic() - self.frame_sent_wall.pop(_ns(t_abs))
         return plan_from_json(doc, self.offset), latency
