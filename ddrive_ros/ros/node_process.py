@@ -16,8 +16,12 @@ def default_domain_id() -> int:
 
 
 def param_text(v: Any) -> str:
+    """A value as `-p name:=value` text; strings are quoted so YAML keeps them strings (a numeric
+    checkpoint name stays a name)."""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
     return str(v)
 
 
@@ -36,10 +40,16 @@ def rss_kb(pid: int) -> int | None:
 class NodeProcess:
     """A running planner node; `stop()` sends SIGINT (a clean rclpy shutdown), then kills."""
 
-    def __init__(self, params: dict[str, Any], domain_id: int, log_path: Path, module: str = "ddrive_ros.ros.node"):
-        args = [sys.executable, "-m", module, "--ros-args"]
+    def __init__(self, params: dict[str, Any], domain_id: int, log_path: Path, module: str = "ddrive_ros.ros.node",
+                 remaps: dict[str, str] | None = None, executable: list[str] | None = None):
+        """`remaps`: node-relative name -> topic (`-r ~/input/odometry:=/odom`); `executable`: a
+        command instead of `python -m module` (e.g. an installed `ddrive_planner` script)."""
+        args = list(executable) if executable else [sys.executable, "-m", module]
+        args.append("--ros-args")
         for k, v in params.items():
             args += ["-p", f"{k}:={param_text(v)}"]
+        for k, v in (remaps or {}).items():
+            args += ["-r", f"{k}:={v}"]
         env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1")
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
