@@ -520,7 +520,7 @@ class PlannerCore:
         values.update({f"sync_failed/{k}": v for k, v in sorted(self.sync_failures.items())})
         values.update({f"latency_ms/{k}": f"{v:.1f}" for k, v in self.last_latency.items()})
         fb = {"active": "fallback stop", "expired": "fallback expired"}.get(self._fallback_state, "no fallback")
-        verdict = self.watchdog.verdict(mono)
+        verdict = self._verdict  # the planning tick's own verdict, so ERROR and the fallback go together
         if stale:
             planning = Status(2, f"{fb}: stale inputs", values)
         elif not verdict.healthy:
