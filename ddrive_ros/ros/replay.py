@@ -59,6 +59,8 @@ class ReplayOptions:
     node_params: dict[str, Any] = field(default_factory=dict)
     node_remaps: dict[str, str] | None = None  # default: the node's inputs onto the bag's topics
     node_executable: list[str] | None = None  # default: python -m ddrive_ros.ros.node
+    node_params_file: str | Path | None = None  # a ROS parameters file for the node (node_params override it)
+    node_env: dict[str, str] | None = None  # the node's environment (default this process's)
     outputs: dict[str, str] | None = None  # topic -> msgtype to record; default: default_outputs()
     domain_id: int | None = None  # default: ROS_DOMAIN_ID from the environment (or derived from the pid)
     discovery_timeout_s: float = 90.0  # node start (model load, warm-up) + DDS discovery
@@ -228,7 +230,8 @@ def replay(opts: ReplayOptions) -> dict[str, Any]:
         params = {"use_sim_time": True, **({"camera_type": "compressed"} if compressed else {}), **opts.node_params}
         remaps = opts.node_remaps if opts.node_remaps is not None else I.bag_remaps(params.get("camera_type") == "compressed")
         node_proc = NodeProcess(params, domain, Path(opts.node_log or out / "node.log"), remaps=remaps,
-                                executable=opts.node_executable)
+                                executable=opts.node_executable, params_file=opts.node_params_file,
+                                env=opts.node_env)
         log.info("started planner node pid %d on ROS_DOMAIN_ID %d", node_proc.pid, domain)
     session = _Session(domain, topics, outputs)
     try:
