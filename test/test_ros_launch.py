@@ -183,3 +183,22 @@ def test_launch_parameters_declared(node_parameters):
         assert name in declared
     assert declared["checkpoint"] == Parameter.Type.STRING
     assert declared["use_sim_time"] == Parameter.Type.BOOL
+
+
+def test_rviz_config_shows_the_node_outputs_cameras_both_ways_and_odometry():
+    doc = yaml.safe_load((ROOT / "config" / "ddrive.rviz").read_text())
+    displays = doc["Visualization Manager"]["Displays"]
+    topics = {d["Topic"]["Value"] for d in displays if "Topic" in d}
+    assert {I.resolve(I.OUTPUT_PATH), I.resolve(I.OUTPUT_MARKERS), "/odom"} <= topics
+    hints = {(d["Topic"]["Value"], d.get("Transport Hint")) for d in displays if d["Class"].endswith("/Image")}
+    assert hints == {(f"/camera/{c}/image_raw", h) for c in CAMERAS for h in ("raw", "compressed")}
+
+
+def test_markers_expire():
+    from ddrive_ros.ros.markers import plan_markers
+    import numpy as np
+
+    traj = np.array([[0.5, 1.0, 0.0, 0.0, 2.0], [1.0, 2.0, 0.0, 0.0, 2.0]])
+    arr = plan_markers(traj, None, None, {}, 10.0, "base_link", lifetime_s=1.5)
+    lifetimes = {(m.lifetime.sec, m.lifetime.nanosec) for m in arr.markers[1:]}
+    assert lifetimes == {(1, 500_000_000)}  # a dead node's plan disappears from RViz

@@ -68,7 +68,10 @@ def test_end_to_end_path_and_plan_per_frame(tmp_path):
     assert rep["scored_plans"] >= 1 and np.isfinite(rep["ade_m"]) and np.isfinite(rep["fde_m"])
     assert rep["latency_ms"]["plan"]["p50"] > 0
     assert len(rep["frames"]) == 2 and all(os.path.getsize(f) > 1000 for f in rep["frames"])
-    assert (tmp_path / "out" / "recorded" / "metadata.yaml").is_file()
+    meta = (tmp_path / "out" / "recorded" / "metadata.yaml").read_text()
+    assert "storage_identifier: mcap" in meta and meta.count("reliability: reliable") >= 8  # mcap, QoS recorded
+    # /clock keeps running through the tail wait (as ros2 bag play --clock): the last frames are planned too
+    assert plans[-1]["input_stamp"] >= START + 8.0 - 0.5, plans[-1]["input_stamp"]
     during = [d for d in out["diagnostics"] if d["stamp"] <= START + 8.0]
     assert _inputs_status(during[-1])["level"] == 0
     assert _planning_status(during[-1])["level"] == 0, _planning_status(during[-1])
