@@ -11,7 +11,7 @@ import numpy as np
 from ddrive_ros.ros import interface as I
 from ddrive_ros.trajectory import ego_to_world
 from ddrive_ros.ros.node_process import NodeProcess
-from ros_live import Listener, start_feed
+from ddrive_ros.ros.listener import Listener, start_feed
 
 DOMAIN = os.getpid() % 200 + 20 + 15
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,

@@ -14,7 +14,7 @@ import pytest
 
 from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.node_process import NodeProcess
-from ros_live import Listener, start_feed
+from ddrive_ros.ros.listener import Listener, start_feed
 
 DOMAIN = os.getpid() % 200 + 20 + 10
 PERIOD = 0.5

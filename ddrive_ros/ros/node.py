@@ -100,7 +100,7 @@ class PlannerCore:
         t = time.perf_counter()
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
-            p("rollout_temperature"), p("device"), p("seed"))
+            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"))
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
         if self.model_info.get("random_weights"):

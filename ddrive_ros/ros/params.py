@@ -49,7 +49,7 @@ PARAMETERS: dict[str, Spec] = {
     "seed": Spec(_OPT.seed, P.PARAMETER_INTEGER, "sampling seed (and random-weight seed)", read_only=True,
                  range=(0, 2 ** 31 - 1)),
     "device": Spec(_OPT.device, P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0", read_only=True),
-    "num_threads": Spec(0, P.PARAMETER_INTEGER, "torch CPU threads; 0 = torch default", read_only=True,
+    "num_threads": Spec(0, P.PARAMETER_INTEGER, "CPU threads of torch and ONNX Runtime (no spinning); 0 = their defaults", read_only=True,
                         range=(0, 256)),
     "warmup": Spec(True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing", read_only=True),
     # ---- decoder knobs (the next plan uses them)

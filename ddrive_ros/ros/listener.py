@@ -1,6 +1,7 @@
-"""Helpers for tests against a live planner node: a feed process, a node process, and this
-process's own rclpy node that listens to the planner and calls its services (all on one
-ROS_DOMAIN_ID of the test's own)."""
+"""Watching a live planner node from another process: `Listener` is this process's own rclpy node
+on the planner's ROS_DOMAIN_ID; it records plans, paths and diagnostics with receive times and calls
+the planner's services (parameters, lifecycle). `start_feed` starts a sensor feed process
+(`ddrive_ros.ros.feed`). Tests and bench/node_camera_load.py use both."""
 from __future__ import annotations
 
 import json
@@ -51,6 +52,10 @@ class Listener:
         self.paths: list[tuple[float, str, list[tuple[float, float]]]] = []  # stamp, frame_id, xy
         self.node.create_subscription(String, I.resolve(I.OUTPUT_PLAN, node_name), self._on_plan, 50)
         self.node.create_subscription(PathMsg, I.resolve(I.OUTPUT_PATH, node_name), self._on_path, 50)
+        from std_msgs.msg import Float64
+
+        self.processing_ms: list[tuple[float, float]] = []  # receive time, ~/debug/processing_time_ms
+        self.node.create_subscription(Float64, I.resolve(I.DEBUG_PROCESSING_MS, node_name), self._on_processing, 50)
         self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diag, 50)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
@@ -60,6 +65,10 @@ class Listener:
     def _on_plan(self, msg) -> None:
         with self.lock:
             self.plans.append((time.monotonic(), json.loads(msg.data)))
+
+    def _on_processing(self, msg) -> None:
+        with self.lock:
+            self.processing_ms.append((time.monotonic(), float(msg.data)))
 
     def _on_path(self, msg) -> None:
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
