@@ -9,7 +9,11 @@ p50/p90, the rate a plan allows (min(asked, 1000 / plan p50 ms)) and the node's 
     python bench/node_camera_load.py                      # the default runs below
     python bench/node_camera_load.py --runs trajectory_only_tiny:onnx:10:640x360:raw --seconds 20
 
-A run is checkpoint:backend:rate_hz:WxH:raw|jpeg[:seconds]. Results: bench/results/node_camera_load.json.
+A run is checkpoint:backend:rate_hz:WxH:raw|jpeg[:seconds[:shm|default]]: the last field picks the
+Fast DDS transport of the node and the feed: `shm` (default) uses config/fastdds_large_messages.xml
+(a shared-memory segment that holds raw frames), `default` Fast DDS's defaults (512 KiB segment: raw
+640x360 frames go over UDP in fragments, and best-effort readers lose them).
+Results: bench/results/node_camera_load.json.
 """
 from __future__ import annotations
 
@@ -28,7 +32,9 @@ from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.listener import Listener, start_feed
 from ddrive_ros.ros.node_process import NodeProcess
 
+PROFILE = Path(__file__).resolve().parents[1] / "config" / "fastdds_large_messages.xml"
 DEFAULT_RUNS = [
+    "trajectory_only_tiny:onnx:10:640x360:raw:30:default",  # Fast DDS defaults, for comparison
     "trajectory_only_tiny:onnx:10:640x360:raw",
     "trajectory_only_tiny:onnx:10:640x360:jpeg",
     "fast_ddrive_tiny:torch:10:640x360:raw",
@@ -45,6 +51,10 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
     parts = spec.split(":")
     checkpoint, backend, rate, size, kind = parts[:5]
     seconds = float(parts[5]) if len(parts) > 5 else seconds
+    transport = parts[6] if len(parts) > 6 else "shm"
+    env = {k: v for k, v in os.environ.items() if k != "FASTRTPS_DEFAULT_PROFILES_FILE"}
+    if transport == "shm":
+        env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(PROFILE)
     w, h = (int(v) for v in size.split("x"))
     jpeg = kind == "jpeg"
     params = {"checkpoint": checkpoint, "backend": backend, "decoder": "speculative", "planning_rate_hz": float(rate),
@@ -52,8 +62,8 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
               "plan_timeout_s": 5.0}
     log_dir = tmp / spec.replace(":", "_")
     log_dir.mkdir(parents=True, exist_ok=True)
-    node = NodeProcess(params, domain, log_dir / "node.log", remaps=I.bag_remaps(jpeg))
-    feed = start_feed(domain, log_dir / "feed.log", width=w, height=h, camera_hz=10, odom_hz=50,
+    node = NodeProcess(params, domain, log_dir / "node.log", remaps=I.bag_remaps(jpeg), env=env)
+    feed = start_feed(domain, log_dir / "feed.log", env=env, width=w, height=h, camera_hz=10, odom_hz=50,
                       side_delay_max=0.04, jpeg=jpeg, duration=seconds + 300)
     listener = Listener(domain)
     rss: list[tuple[float, int]] = []
@@ -87,7 +97,7 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
     kb = [v for _, v in rss if v > 0]
     half = len(kb) // 2
     return {
-        "run": spec, "checkpoint": checkpoint, "backend": backend, "rate_hz": float(rate), "camera": f"{w}x{h} {kind}",
+        "run": spec, "transport": transport, "checkpoint": checkpoint, "backend": backend, "rate_hz": float(rate), "camera": f"{w}x{h} {kind}",
         "seconds": round(t1 - t0, 1), "plans_per_s": round(plans_per_s, 2), "fallback_plans": len(window) - len(real),
         "ticks": delta["ticks"], "skipped_ticks": delta["skipped_ticks"], "no_new_set": delta["no_new_set"],
         "sync_failed_total": sync_failed,

@@ -19,7 +19,7 @@ from ddrive_ros.ros.listener import Listener, start_feed
 DOMAIN = os.getpid() % 200 + 20 + 10
 PERIOD = 0.5
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
-        "planning_rate_hz": 1.0 / PERIOD, "plan_timeout_s": 0.6, "diagnostics_rate_hz": 4.0,
+        "planning_rate_hz": int(1 / PERIOD), "plan_timeout_s": 0.6,  # an int for a double, on the command line "diagnostics_rate_hz": 4.0,
         "sync_tolerance_s": 0.05}
 
 
@@ -70,6 +70,9 @@ def test_parameters_take_effect_or_are_refused_with_a_reason(live):
     from rcl_interfaces.msg import ParameterType
 
     listener, node = live
+    # an integer given for a double on the command line was stored as a double
+    value = listener.get_parameters("planning_rate_hz")[0]
+    assert value.type == ParameterType.PARAMETER_DOUBLE and value.double_value == 1.0 / PERIOD
     # an integer for a double is accepted and stored as a double; the timer follows
     assert listener.set_parameters(planning_rate_hz=4)[0].successful
     value = listener.get_parameters("planning_rate_hz")[0]

@@ -15,14 +15,15 @@ from typing import Any, Callable
 from ddrive_ros.ros import interface as I
 
 
-def start_feed(domain: int, log_path: Path, **options: Any) -> subprocess.Popen:
+def start_feed(domain: int, log_path: Path, env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen:
+    """`python -m ddrive_ros.ros.feed` with FeedOptions as keyword arguments, on that domain."""
     import os
 
     args = [sys.executable, "-m", "ddrive_ros.ros.feed"]
     for k, v in options.items():
         flag = "--" + k.replace("_", "-")
         args += [flag] if v is True else ([] if v is False else [flag, str(v)])
-    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    env = dict(os.environ if env is None else env, ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
     return subprocess.Popen(args, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
 
 

@@ -79,6 +79,13 @@ class PlannerCore:
         # ints for doubles: converted before rclpy's own checks (set at run time) ...
         self.add_pre_set_parameters_callback(lambda params: [as_declared_type(p) for p in params])
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        # ... and given on the command line or in a params file: converted before declaration so the
+        # declared type is double. rclpy has no public accessor for the overrides; without this dict
+        # the int is still accepted (dynamic typing) and `_p` converts it on every read.
+        overrides = getattr(self, "_parameter_overrides", None)
+        if isinstance(overrides, dict):
+            for name, param in list(overrides.items()):
+                overrides[name] = as_declared_type(param)
         for name, spec in PARAMETERS.items():
             self.declare_parameter(name, spec.default, descriptor(name, spec))
         self.add_post_set_parameters_callback(self._after_set_parameters)
