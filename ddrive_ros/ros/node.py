@@ -16,7 +16,9 @@ declare -> load (model, buffers, publishers, worker) -> start (subscriptions, ti
 
 Threads: subscriptions and timers run on the executor; a planning timer hands the newest synced
 observation to one worker thread that runs inference and publishes. A tick that finds the worker
-busy is skipped and counted, so callbacks never wait for inference and nothing queues up. Frames
+busy is skipped and counted, so callbacks never wait for inference and nothing queues up; the
+worker then takes the newest set itself as soon as it is free, so a planner slower than the timer
+plans back to back (rate = min(planning_rate_hz, 1 / plan time)) instead of waiting for a tick. Frames
 are decoded and downscaled to the model's input size on arrival, so the buffers hold small images.
 """
 from __future__ import annotations
@@ -127,7 +129,7 @@ class PlannerCore:
         self.received: Counter[str] = Counter()
         self.sync_failures: Counter[str] = Counter()
         self.ticks = self.skipped_ticks = self.no_new_set = self.plans = self.fallback_plans = 0
-        self.plan_errors = self.late_plans_dropped = self.fallback_expired = self.warming_up = 0
+        self.plan_errors = self.late_plans_dropped = self.fallback_expired = self.warming_up = self.catch_ups = 0
         self.last_latency: dict[str, float] = {}
         self.image_decode_ms = 0.0
         self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0, pose of the last real plan
@@ -166,6 +168,8 @@ class PlannerCore:
         self._cv = threading.Condition()
         self._pending: tuple[Observation, float] | None = None
         self._busy = False
+        self._missed_tick = False
+        self._hand_lock = threading.Lock()  # one hand-over at a time (executor tick or worker catch-up)
         self._running = True
         self._worker = threading.Thread(target=self._work, name="ddrive_planner_worker", daemon=True)
         self._worker.start()
@@ -348,26 +352,39 @@ class PlannerCore:
             self._publish_diagnostics()
         if self._busy:
             self.skipped_ticks += 1
+            self._missed_tick = True  # the worker starts the next plan as soon as it is free
             return
-        with self._lock:
-            try:
-                obs = self.sync.build(now)
-            except SyncError as e:
-                if e.reason == "no_history" and self.last_plan is None:
-                    self.warming_up += 1  # the first frame_history_s of frames: not a failure
-                    return
-                self.sync_failures[e.reason] += 1
-                self.watchdog.failed(f"no observation: {e.reason}")
-                self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
+        self._hand_over(now, catch_up=False)
+
+    def _hand_over(self, now: float, catch_up: bool) -> None:
+        """Give the newest complete set to the worker (from a tick, or from the worker itself when it
+        finished after a skipped tick, so a slow plan runs back to back: min(rate, 1 / plan time))."""
+        with self._hand_lock:
+            if self._busy:
                 return
-        if obs.stamp == self._last_stamp:
-            self.no_new_set += 1  # the newest complete set was planned already: nothing new to plan
-            return
-        self._last_stamp = obs.stamp
-        with self._cv:
-            self._busy = True
-            self._pending = (obs, time.perf_counter())
-            self._cv.notify()
+            with self._lock:
+                if catch_up and self.sync.stale_inputs(now):
+                    return  # the next tick reports it
+                try:
+                    obs = self.sync.build(now)
+                except SyncError as e:
+                    if e.reason == "no_history" and self.last_plan is None:
+                        self.warming_up += 1  # the first frame_history_s of frames: not a failure
+                        return
+                    self.sync_failures[e.reason] += 1
+                    self.watchdog.failed(f"no observation: {e.reason}")
+                    self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
+                    return
+            if obs.stamp == self._last_stamp:
+                if not catch_up:
+                    self.no_new_set += 1  # the newest complete set was planned already: nothing new to plan
+                return
+            self._last_stamp = obs.stamp
+            self.catch_ups += catch_up
+            with self._cv:
+                self._busy = True
+                self._pending = (obs, time.perf_counter())
+                self._cv.notify()
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -391,6 +408,9 @@ class PlannerCore:
                 self.get_logger().error(f"planning failed: {type(e).__name__}: {e}", throttle_duration_sec=2.0)
             finally:
                 self._busy = False
+            if self._missed_tick and self._active:
+                self._missed_tick = False
+                self._hand_over(self._now(), catch_up=True)
 
     def _debug_delay(self, started: float) -> None:
         """TEST ONLY (debug_plan_delay_s): a planner that hangs; re-read so setting 0 ends the hang."""
@@ -516,7 +536,7 @@ class PlannerCore:
             inputs = Status(0, "inputs fresh", values)
 
         values = {"plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
-                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "fallback_plans": self.fallback_plans,
+                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "fallback_plans": self.fallback_plans,
                   "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
                   "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,
                   "sync_failed_in_window": recent_sync, "late_plans_dropped": self.late_plans_dropped,
