@@ -119,3 +119,13 @@ def test_reduced_jpeg_decode_to_model_size():
     assert small.shape == (135, 240, 3)
     with pytest.raises(ValueError, match="reduce"):
         image_codec.compressed_to_rgb(fmt, data, reduce=3)
+
+
+def test_replay_cli_params_typed_like_ros_args_and_strings_stay_strings():
+    from ddrive_ros.commands.replay import parse_params
+    from ddrive_ros.ros.node_process import param_text
+
+    params = parse_params(["planning_rate_hz:=10", "tau:=0.5", "warmup:=false", "decoder:=diffusion"])
+    assert params == {"planning_rate_hz": 10, "tau": 0.5, "warmup": False, "decoder": "diffusion"}
+    # on the node's command line a string is quoted, so a numeric checkpoint name stays a name
+    assert param_text("123") == "'123'" and param_text(10) == "10" and param_text(False) == "false"
