@@ -38,6 +38,7 @@ setup(
         "console_scripts": [
             "ddrive = ddrive_ros.cli:main",
             "ddrive_planner = ddrive_ros.ros.node:main",
+            "ddrive_planner_managed = ddrive_ros.ros.lifecycle_node:main",
         ],
     },
 )

@@ -137,3 +137,13 @@ def assemble(images: Sequence[Sequence[np.ndarray]], track: EgoTrack, t0: float,
     return Observation(images=np.stack(frames).reshape(2, len(CAMERAS), h, w, 3), speed=speed, accel=accel,
                        yaw_rate=yaw_rate, past_xy=past, nav_command=nav_command,
                        stamp=float(t0 if stamp is None else stamp), meta=dict(meta or {}))
+
+
+def to_model_size(rgb: np.ndarray, size: tuple[int, int] | None) -> np.ndarray:
+    """A camera frame at the model's input size (h, w), by the same INTER_AREA resize the planner
+    applies; the node does it once on arrival so its buffers do not grow with camera resolution
+    (the planner's own resize is then a no-op, so the model sees the same pixels either way)."""
+    if size is None or rgb.shape[:2] == tuple(size):
+        return rgb
+    h, w = size
+    return cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA)

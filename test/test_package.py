@@ -9,40 +9,43 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# requirements.txt name -> the rosdep key package.xml uses for it
+# rosdep keys package.xml may use: ROS packages of Jazzy and keys of rosdistro's rosdep/python.yaml
 ROSDEP_KEYS = {
-    "torch": "python3-pytorch-pip", "numpy": "python3-numpy", "pyyaml": "python3-yaml",
-    "opencv-python-headless": "python3-opencv", "onnx": "python3-onnx-pip", "onnxruntime-gpu": "python3-onnxruntime-pip",
-    "rosbags": "python3-rosbags-pip", "safetensors": "python3-safetensors", "tqdm": "python3-tqdm",
-    "matplotlib": "python3-matplotlib", "ros-jazzy-rclpy": "rclpy", "ros-jazzy-sensor-msgs": "sensor_msgs",
-    "ros-jazzy-nav-msgs": "nav_msgs", "ros-jazzy-geometry-msgs": "geometry_msgs",
-    "ros-jazzy-visualization-msgs": "visualization_msgs", "ros-jazzy-diagnostic-msgs": "diagnostic_msgs",
-    "ros-jazzy-std-msgs": "std_msgs", "pytest": "python3-pytest", "hypothesis": "python3-hypothesis",
+    "rclpy", "launch", "launch_ros", "ament_index_python", "rcl_interfaces", "builtin_interfaces", "rosgraph_msgs",
+    "lifecycle_msgs", "std_msgs", "sensor_msgs", "nav_msgs", "geometry_msgs", "visualization_msgs",
+    "diagnostic_msgs", "python3-numpy", "python3-yaml", "python3-opencv", "python3-tqdm", "python3-matplotlib",
+    "python3-pytest",
 }
+# no rosdep key: pip into the venv (requirements-vehicle.txt)
+PIP_ONLY = {"torch", "onnx", "onnxruntime-gpu", "safetensors", "rosbags"}
 
 
-def requirement_names() -> list[str]:
+def requirement_names(name: str = "requirements.txt") -> list[str]:
     names = []
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
+    for line in (ROOT / name).read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
             names.append(re.split(r"[\[<>=~! ]", line)[0].lower())
     return names
 
 
-def test_package_xml_is_format_3_and_declares_every_dependency_setup_installs():
+def test_package_xml_uses_only_rosdep_keys_and_names_every_runtime_dependency():
     root = ET.parse(ROOT / "package.xml").getroot()
     assert root.tag == "package" and root.get("format") == "3"
     assert root.findtext("name") == "ddrive_ros"
     assert root.find("export/build_type").text == "ament_python"
+    deps = {e.text for tag in ("exec_depend", "test_depend", "depend", "build_depend", "buildtool_depend")
+            for e in root.findall(tag)}
+    assert deps <= ROSDEP_KEYS, f"not rosdep keys: {deps - ROSDEP_KEYS}"
     exec_deps = {e.text for e in root.findall("exec_depend")}
-    test_deps = {e.text for e in root.findall("test_depend")}
-    for name in requirement_names():
-        assert name in ROSDEP_KEYS, f"requirements.txt has {name}; map it to a rosdep key in package.xml and here"
-        key = ROSDEP_KEYS[name]
-        assert key in exec_deps | test_deps, f"package.xml lacks {key} (for {name})"
-    assert {"rclpy", "sensor_msgs", "nav_msgs", "geometry_msgs", "visualization_msgs", "diagnostic_msgs", "std_msgs"} <= exec_deps
-    assert "python3-pytest" in test_deps
+    # what the node, the lifecycle node, replay and the launch files import
+    assert {"rclpy", "launch", "launch_ros", "ament_index_python", "rcl_interfaces", "builtin_interfaces",
+            "rosgraph_msgs", "lifecycle_msgs", "sensor_msgs", "nav_msgs", "geometry_msgs", "visualization_msgs",
+            "diagnostic_msgs", "std_msgs", "python3-numpy", "python3-yaml", "python3-opencv"} <= exec_deps
+    # the vehicle's pip list is exactly what rosdep cannot give
+    assert set(requirement_names("requirements-vehicle.txt")) == PIP_ONLY
+    constraints = (ROOT / "constraints-vehicle.txt").read_text()
+    assert "numpy<2" in constraints and "opencv-python-headless<0" in constraints
 
 
 def test_setup_installs_launch_config_models_and_the_ament_marker():

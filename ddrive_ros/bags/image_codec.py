@@ -90,12 +90,28 @@ def rgb_to_raw(rgb: np.ndarray, encoding: str = "rgb8") -> tuple[str, int, int, 
     return enc, h, w, w * c, np.ascontiguousarray(px).reshape(-1)
 
 
-def compressed_to_rgb(fmt: str, data: Any) -> np.ndarray:
-    """(H, W, 3) RGB from a CompressedImage's format and data (jpeg or png)."""
+_REDUCED = {1: cv2.IMREAD_COLOR, 2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4,
+            8: cv2.IMREAD_REDUCED_COLOR_8}
+
+
+def reduction_for(full_hw: tuple[int, int], target_hw: tuple[int, int]) -> int:
+    """The largest JPEG decode reduction (1, 2, 4, 8) that still leaves at least target_hw pixels:
+    decoding at 1/k is several times cheaper than a full decode followed by a resize."""
+    for k in (8, 4, 2):
+        if full_hw[0] // k >= target_hw[0] and full_hw[1] // k >= target_hw[1]:
+            return k
+    return 1
+
+
+def compressed_to_rgb(fmt: str, data: Any, reduce: int = 1) -> np.ndarray:
+    """(H, W, 3) RGB from a CompressedImage's format and data (jpeg or png); `reduce` (1, 2, 4, 8)
+    decodes at 1/reduce of the size (OpenCV's reduced decode; JPEG scales in the DCT)."""
     buf = _as_bytes_view(data)
     if buf.size == 0:
         raise ImageFormatError("decode_failed", "compressed image has no data")
-    img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    if reduce not in _REDUCED:
+        raise ValueError(f"reduce must be one of {tuple(_REDUCED)}, got {reduce}")
+    img = cv2.imdecode(buf, _REDUCED[reduce])
     if img is None:
         raise ImageFormatError("decode_failed", f"cv2.imdecode could not decode {buf.size} bytes (format {fmt!r})")
     return np.ascontiguousarray(img[..., ::-1])

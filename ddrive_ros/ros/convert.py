@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ddrive_ros.trajectory import quaternion_to_yaw, yaw_to_quaternion
+from ddrive_ros.observation_recipe import to_model_size
+from ddrive_ros.trajectory import ego_to_world, quaternion_to_yaw, yaw_to_quaternion
 
 from ddrive_ros.bags import image_codec
 
@@ -44,16 +45,20 @@ def to_stamp(t: float):
 
 
 # ------------------------------------------------------------------ images
-def image_to_rgb(msg: Any) -> np.ndarray:
-    """sensor_msgs/Image or sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB (the bag tools' codec).
-    Raises InvalidMessage whose reason is the codec's (unsupported_encoding, bad_step, bad_size,
-    decode_failed)."""
+def image_to_rgb(msg: Any, size: tuple[int, int] | None = None, full_hw: tuple[int, int] | None = None) -> np.ndarray:
+    """sensor_msgs/Image or sensor_msgs/CompressedImage -> (H, W, 3) uint8 RGB (the bag tools' codec),
+    at the model's input size (h, w) when `size` is given (the recipe's resize). `full_hw`, the
+    camera's resolution seen before, lets a JPEG be decoded at a reduced size first. Raises
+    InvalidMessage whose reason is the codec's (unsupported_encoding, bad_step, bad_size, decode_failed)."""
     try:
         if hasattr(msg, "encoding"):
-            return image_codec.raw_to_rgb(msg.encoding, int(msg.height), int(msg.width), int(msg.step), msg.data)
-        return image_codec.compressed_to_rgb(getattr(msg, "format", ""), msg.data)
+            rgb = image_codec.raw_to_rgb(msg.encoding, int(msg.height), int(msg.width), int(msg.step), msg.data)
+        else:
+            k = image_codec.reduction_for(full_hw, size) if (size and full_hw) else 1
+            rgb = image_codec.compressed_to_rgb(getattr(msg, "format", ""), msg.data, reduce=k)
     except image_codec.ImageFormatError as e:
         raise InvalidMessage(e.reason, str(e)) from e
+    return to_model_size(rgb, size)
 
 
 def msg_class(msgtype: str):
@@ -97,18 +102,52 @@ def trajectory_to_path(trajectory: np.ndarray, stamp: float, frame_id: str):
     return msg
 
 
-def trajectory_to_autoware(trajectory: np.ndarray, stamp: float, frame_id: str):
-    """autoware_planning_msgs/Trajectory when that package is importable, else None."""
+def trajectory_rates(trajectory: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(acceleration m/s^2, heading rate rad/s) at each row of (N, 5) t, x, y, yaw, v: finite
+    differences over time (second order inside, one-sided at the ends)."""
+    traj = np.asarray(trajectory, dtype=float)
+    if len(traj) < 2:
+        return np.zeros(len(traj)), np.zeros(len(traj))
+    t = traj[:, 0]
+    return np.gradient(traj[:, 4], t), np.gradient(np.unwrap(traj[:, 3]), t)
+
+
+def to_frame(trajectory: np.ndarray, pose: tuple[float, float, float]) -> np.ndarray:
+    """(N, 5) t, x, y, yaw, v from the ego frame into the frame where the ego stands at pose
+    (x, y, yaw): the odometry frame, with the odometry pose at the plan's input stamp."""
+    traj = np.array(trajectory, dtype=float, copy=True)
+    if len(traj):
+        traj[:, 1:3] = ego_to_world(traj[:, 1:3], pose[:2], float(pose[2]))
+        traj[:, 3] = traj[:, 3] + float(pose[2])
+    return traj
+
+
+def points_to_frame(xy: np.ndarray | None, pose: tuple[float, float, float] | None) -> np.ndarray | None:
+    if xy is None or pose is None or not len(xy):
+        return xy
+    return ego_to_world(np.asarray(xy, dtype=float)[:, :2], pose[:2], float(pose[2]))
+
+
+def autoware_available() -> bool:
     try:
-        from autoware_planning_msgs.msg import Trajectory, TrajectoryPoint
+        import autoware_planning_msgs.msg  # noqa: F401
     except ImportError:
-        return None
+        return False
+    return True
+
+
+def trajectory_to_autoware(trajectory: np.ndarray, stamp: float, frame_id: str):
+    """autoware_planning_msgs/Trajectory with speed, acceleration and heading rate per point.
+    Call only when `autoware_available()`; the node decides once at start."""
+    from autoware_planning_msgs.msg import Trajectory, TrajectoryPoint
     from builtin_interfaces.msg import Duration
 
+    traj = np.asarray(trajectory, dtype=float)
+    accel, heading_rate = trajectory_rates(traj)
     msg = Trajectory()
     msg.header.stamp = to_stamp(stamp)
     msg.header.frame_id = frame_id
-    for t, x, y, yaw, v in np.asarray(trajectory, dtype=float):
+    for (t, x, y, yaw, v), a, w in zip(traj, accel, heading_rate):
         pt = TrajectoryPoint()
         sec, ns = sec_to_stamp_fields(t)
         pt.time_from_start = Duration(sec=sec, nanosec=ns)
@@ -116,8 +155,16 @@ def trajectory_to_autoware(trajectory: np.ndarray, stamp: float, frame_id: str):
         qx, qy, qz, qw = yaw_to_quaternion(yaw)
         pt.pose.orientation.z, pt.pose.orientation.w = qz, qw
         pt.longitudinal_velocity_mps = float(v)
+        pt.acceleration_mps2 = float(a)
+        pt.heading_rate_rps = float(w)
         msg.points.append(pt)
     return msg
+
+
+def float64(value: float):
+    from std_msgs.msg import Float64
+
+    return Float64(data=float(value))
 
 
 def json_string(obj: Any):

@@ -18,7 +18,8 @@ def speed_color(v: float, v_max: float = 15.0) -> tuple[float, float, float]:
 
 
 def plan_markers(trajectory: np.ndarray, waypoints: np.ndarray | None, rollouts: list[np.ndarray] | None,
-                 meta: dict | None, stamp: float, frame_id: str, fallback: bool = False):
+                 meta: dict | None, stamp: float, frame_id: str, fallback: bool = False, lifetime_s: float = 0.0):
+    """Markers that expire after `lifetime_s` (0: never), so a dead node's plan disappears from RViz."""
     from geometry_msgs.msg import Point
     from std_msgs.msg import ColorRGBA
     from visualization_msgs.msg import Marker, MarkerArray
@@ -34,6 +35,7 @@ def plan_markers(trajectory: np.ndarray, waypoints: np.ndarray | None, rollouts:
         m.header.stamp, m.header.frame_id = st, frame_id
         m.ns, m.id, m.type, m.action = ns, mid, kind, Marker.ADD
         m.pose.orientation.w = 1.0
+        m.lifetime.sec, m.lifetime.nanosec = int(lifetime_s), int(round((lifetime_s % 1.0) * 1e9))
         return m
 
     traj = np.asarray(trajectory, dtype=float)

@@ -45,12 +45,15 @@ _DEFAULT = PlannerOptions()
 def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str = _DEFAULT.decoder, tau: float = 0.9,
                  steps: int = 0, rollouts: int = _DEFAULT.rollouts,
                  rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
-                 seed: int = _DEFAULT.seed) -> tuple[Planner, dict[str, Any]]:
+                 seed: int = _DEFAULT.seed, num_threads: int = 0) -> tuple[Planner, dict[str, Any]]:
+    """`num_threads` > 0 pins ONNX Runtime's intra-op threads too (without spinning): by default ORT
+    takes every core and spins between runs, starving the node's executor thread on a small CPU."""
     from ddrive_ros import checkpoint as ckpt
 
+    backend_options = {"threads": int(num_threads)} if backend == "onnx" and num_threads > 0 else {}
     opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps),
                           rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
-                          device=device, seed=int(seed))
+                          device=device, seed=int(seed), backend_options=backend_options)
     if checkpoint.startswith(RANDOM_PREFIX):
         parts = checkpoint[len(RANDOM_PREFIX):].split(":")
         config = parts[0] or "tiny"

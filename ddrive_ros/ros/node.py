@@ -1,15 +1,25 @@
 """The `ddrive_planner` node: three cameras + odometry + navigation command in, plan out.
 
-    ddrive_planner --ros-args --params-file config/planner.yaml -p checkpoint:=random:tiny:fast_ddrive
+    ddrive_planner --ros-args --params-file config/planner.yaml \
+        -r ~/input/camera/front/image:=/sensing/camera/front/image_raw ...
     python -m ddrive_ros.ros.node --ros-args -p use_sim_time:=true
 
 Split (as Autoware's camera DNN nodes): this file does ROS I/O, QoS, timing and drops;
 `convert.py`/`markers.py` turn messages into numpy and plans into messages; `sync.py` keeps the
-bounded buffers and builds observations; `model.py` builds the Planner.
+bounded buffers and builds observations; `model.py` builds the Planner; `params.py` holds the
+parameters, `interface.py` the node-relative topic names, `watchdog.py` planner health and
+`diagnostic_status.py` the per-topic statuses.
+
+`PlannerCore` is shared by this plain node (everything in `__init__`, for `ros2 run`) and the
+managed one (`lifecycle_node.py`: load in configure, subscribe in activate). Its stages:
+declare -> load (model, buffers, publishers, worker) -> start (subscriptions, timers) -> stop -> unload.
 
 Threads: subscriptions and timers run on the executor; a planning timer hands the newest synced
 observation to one worker thread that runs inference and publishes. A tick that finds the worker
-busy is skipped and counted, so callbacks never wait for inference and nothing queues up.
+busy is skipped and counted, so callbacks never wait for inference and nothing queues up; the
+worker then takes the newest set itself as soon as it is free, so a planner slower than the timer
+plans back to back (rate = min(planning_rate_hz, 1 / plan time)) instead of waiting for a tick. Frames
+are decoded and downscaled to the model's input size on arrival, so the buffers hold small images.
 """
 from __future__ import annotations
 
@@ -24,165 +34,241 @@ import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry, Path
-from rcl_interfaces.msg import ParameterDescriptor, ParameterType
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import String
+from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
 
 from ddrive_ros.observation import CAMERAS, Observation
-from ddrive_ros.planner_options import PlannerOptions
+from ddrive_ros.observation_recipe import to_model_size
 from ddrive_ros.ros import convert
+from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.diagnostic_status import FrequencyStatus, Status, TimeStampStatus
 from ddrive_ros.ros.markers import plan_markers
-from ddrive_ros.ros.model import DEFAULT_CHECKPOINT
 from ddrive_ros.ros.node_process import rss_kb
+from ddrive_ros.ros.params import PARAMETERS, as_declared_type, check, descriptor
 from ddrive_ros.ros.sync import OdomSample, SyncConfig, SyncError, Synchronizer, comfortable_stop
+from ddrive_ros.ros.watchdog import PlanWatchdog, Verdict, WindowCount
 
-P = ParameterType
-_OPT = PlannerOptions()
-# name -> (default, type, description). Every parameter set in config/planner.yaml or the launch files is here.
-PARAMETERS: dict[str, tuple[Any, int, str]] = {
-    "checkpoint": (DEFAULT_CHECKPOINT, P.PARAMETER_STRING,
-                   "checkpoint folder, shipped model name under models/, or random:<config>:<schema>"),
-    "backend": (_OPT.backend, P.PARAMETER_STRING, "runtime backend: torch | cuda_graph | onnx | tensorrt"),
-    "decoder": (_OPT.decoder, P.PARAMETER_STRING, "decoder: ar | diffusion | speculative | s2d2"),
-    "tau": (0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders"),
-    "steps": (0, P.PARAMETER_INTEGER, "fixed denoising forwards per block (diffusion); 0 = by threshold"),
-    "rollouts": (_OPT.rollouts, P.PARAMETER_INTEGER, "trajectory rollouts sharing the prefix cache (averaged)"),
-    "rollout_temperature": (_OPT.rollout_temperature, P.PARAMETER_DOUBLE, "sampling temperature of rollouts 2..N"),
-    "seed": (_OPT.seed, P.PARAMETER_INTEGER, "sampling seed (and random-weight seed)"),
-    "device": (_OPT.device, P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0"),
-    "num_threads": (0, P.PARAMETER_INTEGER, "torch CPU threads; 0 = torch default"),
-    "warmup": (True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing"),
-    "camera_type": ("raw", P.PARAMETER_STRING, "raw (sensor_msgs/Image) or compressed (CompressedImage)"),
-    "camera_topics.left_front": ("/camera/left_front/image_raw", P.PARAMETER_STRING, "left-front camera topic"),
-    "camera_topics.front": ("/camera/front/image_raw", P.PARAMETER_STRING, "front camera topic (sync anchor)"),
-    "camera_topics.right_front": ("/camera/right_front/image_raw", P.PARAMETER_STRING, "right-front camera topic"),
-    "camera_qos_depth": (2, P.PARAMETER_INTEGER, "queue depth of the best-effort camera subscriptions"),
-    "odom_topic": ("/odom", P.PARAMETER_STRING, "nav_msgs/Odometry (odom -> base_link, twist in body frame)"),
-    "navigation_topic": ("/navigation/command", P.PARAMETER_STRING, "std_msgs/String navigation command"),
-    "output_topics.path": ("/ddrive/path", P.PARAMETER_STRING, "nav_msgs/Path of the planned trajectory"),
-    "output_topics.plan": ("/ddrive/plan", P.PARAMETER_STRING, "std_msgs/String JSON of the whole plan"),
-    "output_topics.meta": ("/ddrive/meta_behavior", P.PARAMETER_STRING, "std_msgs/String JSON meta behaviour"),
-    "output_topics.markers": ("/ddrive/markers", P.PARAMETER_STRING, "visualization_msgs/MarkerArray for RViz"),
-    "output_topics.trajectory": ("/ddrive/trajectory", P.PARAMETER_STRING,
-                                 "autoware_planning_msgs/Trajectory (only when that package is importable)"),
-    "output_frame_id": ("base_link", P.PARAMETER_STRING, "frame of the outputs: ego frame at the input stamp"),
-    "planning_rate_hz": (5.0, P.PARAMETER_DOUBLE, "planning timer rate"),
-    "diagnostics_rate_hz": (2.0, P.PARAMETER_DOUBLE, "diagnostics publishing rate"),
-    "sync_tolerance_s": (0.05, P.PARAMETER_DOUBLE, "max stamp difference between a side camera and the front"),
-    "max_input_age_s": (0.5, P.PARAMETER_DOUBLE, "inputs older than this (node clock) are stale: no plan"),
-    "frame_history_s": (0.5, P.PARAMETER_DOUBLE, "age of the second (history) frame"),
-    "camera_buffer_size": (30, P.PARAMETER_INTEGER, "frames kept per camera (must cover frame_history_s)"),
-    "odom_history_s": (3.0, P.PARAMETER_DOUBLE, "odometry kept (must cover the 2 s of past positions)"),
-    "fallback": ("stop", P.PARAMETER_STRING, "on stale inputs: stop (comfortable stop along the last plan) | none"),
-    "fallback_decel": (2.0, P.PARAMETER_DOUBLE, "deceleration of the fallback stop, m/s^2"),
-}
+P_DOUBLE = Parameter.Type.DOUBLE
+# parameters whose new value the node applies at run time (the rest are read-only or read at use)
+SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s")
+KNOB_PARAMS = ("tau", "steps")
 
 
-def _sensor_qos(depth: int) -> QoSProfile:
+def sensor_qos(depth: int) -> QoSProfile:
     return QoSProfile(reliability=ReliabilityPolicy.BEST_EFFORT, history=HistoryPolicy.KEEP_LAST, depth=max(1, depth))
 
 
-def _reliable_qos(depth: int = 10) -> QoSProfile:
+def reliable_qos(depth: int = 10) -> QoSProfile:
     return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=depth)
 
 
-class PlannerNode(Node):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__("ddrive_planner", **kwargs)
-        for name, (default, ptype, text) in PARAMETERS.items():
-            self.declare_parameter(name, default, ParameterDescriptor(description=text, type=ptype))
+def _kv(values: dict[str, Any]) -> list[KeyValue]:
+    return [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+
+
+class PlannerCore:
+    """The planner node's behaviour; mixed into rclpy's Node or LifecycleNode (which provide the
+    ROS API used here)."""
+
+    # ------------------------------------------------------------------ stages
+    def _declare(self) -> None:
+        # ints for doubles: converted before rclpy's own checks (set at run time) ...
+        self.add_pre_set_parameters_callback(lambda params: [as_declared_type(p) for p in params])
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        # ... and given on the command line or in a params file: converted before declaration so the
+        # declared type is double. rclpy has no public accessor for the overrides; without this dict
+        # the int is still accepted (dynamic typing) and `_p` converts it on every read.
+        overrides = getattr(self, "_parameter_overrides", None)
+        if isinstance(overrides, dict):
+            for name, param in list(overrides.items()):
+                overrides[name] = as_declared_type(param)
+        for name, spec in PARAMETERS.items():
+            self.declare_parameter(name, spec.default, descriptor(name, spec))
+        self.add_post_set_parameters_callback(self._after_set_parameters)
+        self._loaded = self._active = False
+
+    def _p(self, name: str) -> Any:
+        v = self.get_parameter(name).value
+        # ... and on the command line, where a dynamically typed double may arrive as an int
+        return float(v) if PARAMETERS[name].type == P_DOUBLE.value else v
+
+    def _load(self) -> None:
         p = self._p
-        if p("fallback") not in ("stop", "none"):
-            raise ValueError(f"fallback must be stop or none, got {p('fallback')!r}")
-        if p("camera_type") not in ("raw", "compressed"):
-            raise ValueError(f"camera_type must be raw or compressed, got {p('camera_type')!r}")
         if p("num_threads") > 0:
             import torch
 
             torch.set_num_threads(p("num_threads"))
-
-        # ---- model
         from ddrive_ros.ros.model import load_planner
 
         t = time.perf_counter()
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
-            p("rollout_temperature"), p("device"), p("seed"))
+            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"))
+        self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
         if self.model_info.get("random_weights"):
             self.get_logger().warn("the model has RANDOM weights: plans are meaningless (pipeline test only)")
         if p("warmup"):
             self._warmup()
 
-        # ---- state
         self.sync = Synchronizer(SyncConfig(
             tolerance_s=p("sync_tolerance_s"), history_s=p("frame_history_s"), max_input_age_s=p("max_input_age_s"),
             camera_buffer=p("camera_buffer_size"), odom_horizon_s=p("odom_history_s")))
-        self._lock = threading.Lock()  # guards self.sync (callbacks vs timer under any executor)
-        self.frame_id = p("output_frame_id")
-        self.fallback = p("fallback")
+        self._lock = threading.Lock()  # guards self.sync (callbacks vs timer vs diagnostics)
+        self.compressed = p("camera_type") == "compressed"
+        self.output_frame = p("output_frame")
+        self.ego_frame_id = p("ego_frame_id")
+        self.odom_frame_id = "odom"  # replaced by the odometry's header.frame_id on arrival
+        self.full_hw: dict[str, tuple[int, int]] = {}  # each camera's resolution (for reduced JPEG decodes)
         self.received: Counter[str] = Counter()
         self.sync_failures: Counter[str] = Counter()
-        self.ticks = self.skipped_ticks = self.plans = self.fallback_plans = self.plan_errors = 0
+        self.ticks = self.skipped_ticks = self.no_new_set = self.plans = self.fallback_plans = 0
+        self.plan_errors = self.late_plans_dropped = self.fallback_expired = self.warming_up = self.catch_ups = 0
         self.last_latency: dict[str, float] = {}
         self.image_decode_ms = 0.0
-        self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0 of the last real plan
-        self._last_anchor: float | None = None
+        self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0, pose of the last real plan
+        self._last_stamp: float | None = None  # input stamp of the last observation handed to the worker
+        self._last_publish_mono: float | None = None
         self._stale: list[str] = ["camera/front"]
-        self._fallback_active = False
-        self._last_level: int | None = None
+        self._verdict = Verdict(True)
+        self._fallback_state = ""  # "", "active", "expired"
+        self.watchdog = PlanWatchdog(p("plan_timeout_s"))
+        window = p("diagnostic_window_s")
+        self.windows = {k: WindowCount(window) for k in ("drops", "plan_errors", "sync_failures")}
+        self.freq = {f"camera/{c}": FrequencyStatus(1.0, 1e9) for c in CAMERAS}
+        self.freq["odometry"] = FrequencyStatus(1.0, 1e9)
+        self.stamps = {k: TimeStampStatus(-0.1, p("max_input_age_s")) for k in self.freq}
+        rate = p("planning_rate_hz")
+        self.out_freq = FrequencyStatus(0.8 * rate, rate)
 
-        # ---- publishers
-        out = _reliable_qos(10)
-        self.pub_path = self.create_publisher(Path, p("output_topics.path"), out)
-        self.pub_plan = self.create_publisher(String, p("output_topics.plan"), out)
-        self.pub_meta = self.create_publisher(String, p("output_topics.meta"), out)
-        self.pub_markers = self.create_publisher(MarkerArray, p("output_topics.markers"), out)
-        self.pub_latency = self.create_publisher(String, "~/latency", out)
-        self.pub_diag = self.create_publisher(DiagnosticArray, "/diagnostics", out)
+        out = reliable_qos(10)
+        self.pub_path = self.create_publisher(Path, I.OUTPUT_PATH, out)
+        self.pub_plan = self.create_publisher(String, I.OUTPUT_PLAN, out)
+        self.pub_meta = self.create_publisher(String, I.OUTPUT_META, out)
+        self.pub_markers = self.create_publisher(MarkerArray, I.OUTPUT_MARKERS, out)
+        self.pub_latency = self.create_publisher(String, I.DEBUG_LATENCY, out)
+        self.pub_processing = self.create_publisher(Float64, I.DEBUG_PROCESSING_MS, out)
+        self.pub_cyclic = self.create_publisher(Float64, I.DEBUG_CYCLIC_MS, out)
+        self.pub_diag = self.create_publisher(DiagnosticArray, I.DIAGNOSTICS, out)
         self.pub_autoware = None
-        if convert.trajectory_to_autoware(np.zeros((1, 5)), 0.0, "") is not None:
+        if convert.autoware_available():
             from autoware_planning_msgs.msg import Trajectory
 
-            self.pub_autoware = self.create_publisher(Trajectory, p("output_topics.trajectory"), out)
+            self.pub_autoware = self.create_publisher(Trajectory, I.OUTPUT_TRAJECTORY, out)
+        self._planner_pubs = [self.pub_path, self.pub_plan, self.pub_meta, self.pub_markers, self.pub_latency,
+                            self.pub_processing, self.pub_cyclic, self.pub_diag] + \
+                           ([self.pub_autoware] if self.pub_autoware else [])
 
-        # ---- worker
         self._cv = threading.Condition()
         self._pending: tuple[Observation, float] | None = None
         self._busy = False
+        self._missed_tick = False
+        self._hand_lock = threading.Lock()  # one hand-over at a time (executor tick or worker catch-up)
         self._running = True
         self._worker = threading.Thread(target=self._work, name="ddrive_planner_worker", daemon=True)
         self._worker.start()
+        self._planner_subs: list[Any] = []
+        self._planner_timers: dict[str, Any] = {}
+        self._loaded = True
 
-        # ---- subscriptions (after the model is ready: a matched subscriber means a ready node)
-        compressed = p("camera_type") == "compressed"
-        msg_type = CompressedImage if compressed else Image
+    def _start(self) -> None:
+        """Subscriptions and timers (after the model is ready: a matched subscriber means a ready node)."""
+        p = self._p
+        msg_type = CompressedImage if self.compressed else Image
         self.topics: dict[str, str] = {}
         for cam in CAMERAS:
-            topic = p(f"camera_topics.{cam}")
-            if compressed and not topic.endswith("compressed"):
-                topic = topic.rstrip("/") + "/compressed"
-            self.topics[f"camera/{cam}"] = topic
-            self.create_subscription(msg_type, topic, functools.partial(self._on_image, cam),
-                                     _sensor_qos(p("camera_qos_depth")))
-        self.topics["odometry"] = p("odom_topic")
-        self.create_subscription(Odometry, p("odom_topic"), self._on_odom, _reliable_qos(50))
-        self.create_subscription(String, p("navigation_topic"), self._on_nav, _reliable_qos(10))
+            name = I.camera_input(cam, self.compressed)
+            self.topics[f"camera/{cam}"] = self.resolve_topic_name(name)
+            self._planner_subs.append(self.create_subscription(
+                msg_type, name, functools.partial(self._on_image, cam), sensor_qos(p("camera_qos_depth"))))
+        self.topics["odometry"] = self.resolve_topic_name(I.INPUT_ODOMETRY)
+        self.topics["navigation"] = self.resolve_topic_name(I.INPUT_NAVIGATION)
+        # best effort matches reliable and best-effort publishers alike; depth covers 50 Hz between ticks
+        self._planner_subs.append(self.create_subscription(Odometry, I.INPUT_ODOMETRY, self._on_odom, sensor_qos(50)))
+        self._planner_subs.append(self.create_subscription(String, I.INPUT_NAVIGATION, self._on_nav, reliable_qos(10)))
+        self._make_timer("planning", p("planning_rate_hz"), self._on_tick)
+        self._make_timer("diagnostics", p("diagnostics_rate_hz"), self._publish_diagnostics)
+        self._active = True
+        self.get_logger().info(f"subscribed to {self.topics} ({'compressed' if self.compressed else 'raw'} cameras "
+                               f"downscaled on arrival to {self.image_size}); planning at {p('planning_rate_hz')} Hz, "
+                               f"outputs in {self.output_frame} frame, fallback={p('fallback')}")
 
-        # ---- timers
-        self.create_timer(1.0 / max(p("planning_rate_hz"), 1e-3), self._on_tick)
-        self.create_timer(1.0 / max(p("diagnostics_rate_hz"), 1e-3), self._publish_diagnostics)
-        self.get_logger().info(f"subscribed to {self.topics} ({'compressed' if compressed else 'raw'} cameras); "
-                               f"planning at {p('planning_rate_hz')} Hz, fallback={self.fallback}")
+    def _stop(self) -> None:
+        """Subscriptions and timers go; the model, buffers and publishers stay (a pause)."""
+        self._active = False
+        for sub in self._planner_subs:
+            self.destroy_subscription(sub)
+        self._planner_subs.clear()
+        for timer in self._planner_timers.values():
+            self.destroy_timer(timer)
+        self._planner_timers.clear()
+
+    def _unload(self) -> None:
+        with self._cv:
+            self._running = False
+            self._cv.notify_all()
+        self._worker.join(timeout=10.0)
+        for pub in self._planner_pubs:
+            self.destroy_publisher(pub)
+        self._planner_pubs.clear()
+        self.planner = None
+        self._loaded = False
+
+    # ------------------------------------------------------------------ parameters
+    def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
+        for param in params:
+            reason = check(as_declared_type(param))
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    def _after_set_parameters(self, params: list[Parameter]) -> None:
+        """Apply run-time changes (read-only ones never get here; the rest are read where used)."""
+        if not getattr(self, "_loaded", False):
+            return
+        names = {p.name for p in params}
+        if names & set(SYNC_PARAMS):
+            with self._lock:
+                self.sync.config.tolerance_s = self._p("sync_tolerance_s")
+                self.sync.config.max_input_age_s = self._p("max_input_age_s")
+                self.sync.config.history_s = self._p("frame_history_s")
+            for st in self.stamps.values():
+                st.max_delay_s = self._p("max_input_age_s")
+        if names & set(KNOB_PARAMS):
+            from ddrive_ros.decoding.strategies import make_strategy
+            from ddrive_ros.ros.model import decoder_knobs
+
+            # the worker reads planner.strategy once per plan: the next plan uses the new knobs
+            knobs = decoder_knobs(self._p("decoder"), self._p("tau"), self._p("steps"))
+            self.planner.strategy = make_strategy(self._p("decoder"), **knobs)
+            self.model_info["knobs"] = knobs
+        if "plan_timeout_s" in names:
+            self.watchdog.timeout_s = self._p("plan_timeout_s")
+        if "diagnostic_window_s" in names:
+            for w in self.windows.values():
+                w.window_s = self._p("diagnostic_window_s")
+        if "planning_rate_hz" in names:
+            rate = self._p("planning_rate_hz")
+            self.out_freq.min_hz, self.out_freq.max_hz = 0.8 * rate, rate
+            if "planning" in self._planner_timers:
+                self._make_timer("planning", rate, self._on_tick)
+        if "diagnostics_rate_hz" in names and "diagnostics" in self._planner_timers:
+            self._make_timer("diagnostics", self._p("diagnostics_rate_hz"), self._publish_diagnostics)
+        self.get_logger().info("parameters changed: " + ", ".join(f"{p.name}={p.value}" for p in params))
+
+    def _make_timer(self, name: str, rate_hz: float, callback) -> None:
+        old = self._planner_timers.pop(name, None)
+        if old is not None:
+            self.destroy_timer(old)
+        self._planner_timers[name] = self.create_timer(1.0 / rate_hz, callback)
 
     # ------------------------------------------------------------------ helpers
-    def _p(self, name: str) -> Any:
-        return self.get_parameter(name).value
-
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
@@ -202,24 +288,35 @@ class PlannerNode(Node):
     def _on_image(self, camera: str, msg: Image | CompressedImage) -> None:
         key = f"camera/{camera}"
         self.received[key] += 1
+        self.freq[key].tick()
         t0 = time.perf_counter()
         try:
-            rgb = convert.image_to_rgb(msg)
+            if self.compressed and camera not in self.full_hw:
+                # decode the first frame in full to learn the resolution; later ones decode reduced
+                full = convert.image_to_rgb(msg)
+                self.full_hw[camera] = full.shape[:2]
+                rgb = to_model_size(full, self.image_size)
+            else:
+                rgb = convert.image_to_rgb(msg, self.image_size, self.full_hw.get(camera))
         except convert.InvalidMessage as e:
             self._drop(e.reason, self.topics[key], str(e))
             return
-        self.image_decode_ms = (time.perf_counter() - t0) * 1e3  # on the callback thread, once per message
+        self.image_decode_ms = (time.perf_counter() - t0) * 1e3  # on the executor thread, once per message
         stamp = convert.stamp_to_sec(msg.header.stamp)
+        self.stamps[key].tick(stamp, self._now())
         with self._lock:
             self.sync.add_image(camera, stamp, rgb)
 
     def _on_odom(self, msg: Odometry) -> None:
         self.received["odometry"] += 1
+        self.freq["odometry"].tick()
         try:
             state = convert.odometry_to_state(msg)
         except convert.InvalidMessage as e:
             self._drop(e.reason, self.topics["odometry"], str(e))
             return
+        self.odom_frame_id = msg.header.frame_id or self.odom_frame_id
+        self.stamps["odometry"].tick(state[0], self._now())
         with self._lock:
             self.sync.add_odometry(OdomSample(*state))
 
@@ -231,40 +328,63 @@ class PlannerNode(Node):
             self.get_logger().warn(f"dropped unknown navigation command {msg.data!r}", throttle_duration_sec=2.0)
 
     def _on_tick(self) -> None:
-        now = self._now()
+        now, mono = self._now(), time.monotonic()
         self.ticks += 1
         with self._lock:
             stale = self.sync.stale_inputs(now)
+        self.watchdog.inputs_fresh(mono, not stale)
         was_stale, self._stale = bool(self._stale), stale
         if stale:
             self.get_logger().warn(f"stale or missing inputs (> {self._p('max_input_age_s')} s): {stale}",
                                    throttle_duration_sec=2.0)
-            if self.fallback == "stop" and self.last_plan is not None:
-                self._publish_fallback()
+            self._fallback(now, "stale inputs: " + ", ".join(stale))
             if not was_stale:
                 self._publish_diagnostics()
             return
-        if was_stale:
-            self._fallback_active = False
+        verdict, was_healthy = self.watchdog.verdict(mono), self._verdict.healthy
+        self._verdict = verdict
+        if not verdict.healthy:
+            self.get_logger().error(f"planner {verdict.reason}: {verdict.detail}", throttle_duration_sec=2.0)
+            self._fallback(now, f"planner {verdict.reason}")
+            if was_healthy:
+                self._publish_diagnostics()
+        elif was_stale:
             self._publish_diagnostics()
         if self._busy:
             self.skipped_ticks += 1
+            self._missed_tick = True  # the worker starts the next plan as soon as it is free
             return
-        with self._lock:
-            anchor = self.sync.anchor_stamp
-            if anchor is None or anchor == self._last_anchor:
+        self._hand_over(now, catch_up=False)
+
+    def _hand_over(self, now: float, catch_up: bool) -> None:
+        """Give the newest complete set to the worker (from a tick, or from the worker itself when it
+        finished after a skipped tick, so a slow plan runs back to back: min(rate, 1 / plan time))."""
+        with self._hand_lock:
+            if self._busy:
                 return
-            try:
-                obs = self.sync.build(now)
-            except SyncError as e:
-                self.sync_failures[e.reason] += 1
-                self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
+            with self._lock:
+                if catch_up and self.sync.stale_inputs(now):
+                    return  # the next tick reports it
+                try:
+                    obs = self.sync.build(now)
+                except SyncError as e:
+                    if e.reason == "no_history" and self.last_plan is None:
+                        self.warming_up += 1  # the first frame_history_s of frames: not a failure
+                        return
+                    self.sync_failures[e.reason] += 1
+                    self.watchdog.failed(f"no observation: {e.reason}")
+                    self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
+                    return
+            if obs.stamp == self._last_stamp:
+                if not catch_up:
+                    self.no_new_set += 1  # the newest complete set was planned already: nothing new to plan
                 return
-        self._last_anchor = anchor
-        with self._cv:
-            self._busy = True
-            self._pending = (obs, time.perf_counter())
-            self._cv.notify()
+            self._last_stamp = obs.stamp
+            self.catch_ups += catch_up
+            with self._cv:
+                self._busy = True
+                self._pending = (obs, time.perf_counter())
+                self._cv.notify()
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -276,60 +396,118 @@ class PlannerNode(Node):
                     return
                 obs, handed = self._pending
                 self._pending = None
+            started = time.monotonic()
+            self.watchdog.started(started)
             try:
-                self._plan_and_publish(obs, handed)
-            except Exception as e:  # noqa: BLE001 - the node must stay up; count and report
+                self._debug_delay(started)
+                published = self._plan_and_publish(obs, handed, started)
+                self.watchdog.finished(time.monotonic(), published)
+            except Exception as e:  # noqa: BLE001 - the node must stay up; counted, reported, watched
                 self.plan_errors += 1
+                self.watchdog.finished(time.monotonic(), False, f"{type(e).__name__}: {e}")
                 self.get_logger().error(f"planning failed: {type(e).__name__}: {e}", throttle_duration_sec=2.0)
             finally:
                 self._busy = False
+            if self._missed_tick and self._active:
+                self._missed_tick = False
+                self._hand_over(self._now(), catch_up=True)
 
-    def _plan_and_publish(self, obs: Observation, handed: float) -> None:
+    def _debug_delay(self, started: float) -> None:
+        """TEST ONLY (debug_plan_delay_s): a planner that hangs; re-read so setting 0 ends the hang."""
+        while self._running and time.monotonic() - started < self._p("debug_plan_delay_s"):
+            time.sleep(0.02)
+
+    def _plan_and_publish(self, obs: Observation, handed: float, started: float) -> bool:
         t0 = time.perf_counter()
         plan = self.planner.plan(obs)
         t1 = time.perf_counter()
+        if time.monotonic() - started > self.watchdog.timeout_s:
+            # the watchdog already sent the fallback for this plan: its input is too old to publish
+            self.late_plans_dropped += 1
+            self.get_logger().warn(f"dropped a plan that took {time.monotonic() - started:.2f} s "
+                                   f"(> plan_timeout_s {self.watchdog.timeout_s:g})", throttle_duration_sec=2.0)
+            return False
         latency = {k: round(v, 3) for k, v in (plan.stats.stage_ms if plan.stats else {}).items()}
         latency.update(queue=round((t0 - handed) * 1e3, 3), plan=round((t1 - t0) * 1e3, 3))
         traj = plan.trajectory
         doc = plan.to_json_dict()
         meta = doc.get("future_meta_behavior")
         latency["image_decode"] = round(self.image_decode_ms, 3)
+        pose = obs.meta.get("odom_pose")
         t2 = time.perf_counter()
-        self._publish(traj, plan.waypoints, plan.rollouts, meta, obs.stamp, doc, latency, fallback=False)
+        self._publish(traj, plan.waypoints, plan.rollouts, meta, obs.stamp, doc, latency, False, pose)
         latency["publish"] = round((time.perf_counter() - t2) * 1e3, 3)
         latency["total"] = round((time.perf_counter() - handed) * 1e3, 3)
         self.last_latency = latency
+        mono = time.monotonic()
+        self.pub_processing.publish(convert.float64(latency["total"]))
+        if self._last_publish_mono is not None:
+            self.pub_cyclic.publish(convert.float64((mono - self._last_publish_mono) * 1e3))
+        self._last_publish_mono = mono
         self.pub_latency.publish(convert.json_string({"stamp": obs.stamp, "stage_ms": latency,
                                                       "age_ms": round((self._now() - obs.stamp) * 1e3, 3)}))
-        self.last_plan = {"trajectory": traj, "stamp": obs.stamp, "v0": obs.speed, "meta": meta}
+        self.last_plan = {"trajectory": traj, "stamp": obs.stamp, "v0": obs.speed, "meta": meta, "pose": pose}
         self.plans += 1
+        self.out_freq.tick()
+        self._fallback_state = ""
+        return True
 
     def _publish(self, traj: np.ndarray, waypoints, rollouts, meta, stamp: float, doc: dict, latency: dict,
-                 fallback: bool) -> None:
+                 fallback: bool, pose: tuple[float, float, float] | None) -> None:
+        """Path, markers and the Autoware trajectory in the output frame; the plan JSON keeps the ego
+        frame at the input stamp and carries the odometry pose used for the transform."""
+        if not self._active:
+            return  # deactivated while this plan ran
+        if self.output_frame == "odom":
+            if pose is None:
+                raise ValueError("output_frame odom needs the odometry pose at the input stamp (observation meta "
+                                 "'odom_pose' is missing)")
+            frame_id = self.odom_frame_id
+            out_traj = convert.to_frame(traj, pose)
+            waypoints = convert.points_to_frame(waypoints, pose)
+            rollouts = [convert.points_to_frame(r, pose) for r in rollouts] if rollouts else rollouts
+        else:
+            frame_id, out_traj = self.ego_frame_id, traj
         doc = dict(doc)
-        doc.update(input_stamp=stamp, frame_id=self.frame_id, fallback=fallback, latency_ms=dict(latency),
-                   model=self.model_info)
-        self.pub_path.publish(convert.trajectory_to_path(traj, stamp, self.frame_id))
+        doc.update(input_stamp=stamp, frame_id=self.ego_frame_id, output_frame_id=frame_id, odom_pose=pose,
+                   fallback=fallback, latency_ms=dict(latency), model=self.model_info)
+        self.pub_path.publish(convert.trajectory_to_path(out_traj, stamp, frame_id))
         self.pub_plan.publish(convert.json_string(doc))
         self.pub_meta.publish(convert.json_string({"stamp": stamp, "fallback": fallback, **(meta or {})}))
-        self.pub_markers.publish(plan_markers(traj, waypoints, rollouts, meta, stamp, self.frame_id, fallback))
+        self.pub_markers.publish(plan_markers(out_traj, waypoints, rollouts, meta, stamp, frame_id, fallback,
+                                              lifetime_s=max(1.0, 3.0 / self._p("planning_rate_hz"))))
         if self.pub_autoware is not None:
-            self.pub_autoware.publish(convert.trajectory_to_autoware(traj, stamp, self.frame_id))
+            self.pub_autoware.publish(convert.trajectory_to_autoware(out_traj, stamp, frame_id))
 
-    def _publish_fallback(self) -> None:
+    def _fallback(self, now: float, why: str) -> None:
+        """A comfortable stop along the last plan, until it expires (fallback_timeout_s after the last
+        plan's stamp): after that nothing is sent, so no consumer mistakes an old stop for news."""
         last = self.last_plan
+        if self._p("fallback") != "stop" or last is None:
+            return
+        if now - last["stamp"] > self._p("fallback_timeout_s"):
+            if self._fallback_state != "expired":
+                self.fallback_expired += 1
+                self.get_logger().error(f"fallback stop expired ({now - last['stamp']:.1f} s after the last plan's "
+                                        f"stamp > fallback_timeout_s): publishing nothing until a new plan")
+            self._fallback_state = "expired"
+            return
         traj = comfortable_stop(last["trajectory"], self._p("fallback_decel"), v0=last["v0"])
         meta = {"longitudinal": "STOP", "lateral": "STRAIGHT", "target_speed": 0.0, "turn_signal": "OFF"}
         doc = {"schema": "fallback_stop", "stamp": last["stamp"], "valid": True, "future_meta_behavior": meta,
                "trajectory": [dict(zip(("t", "x", "y", "yaw", "v"), map(float, r))) for r in traj],
-               "stale_inputs": list(self._stale)}
-        self._publish(traj, None, None, meta, last["stamp"], doc, {}, fallback=True)
-        self._fallback_active = True
+               "stale_inputs": list(self._stale), "reason": why}
+        self._publish(traj, None, None, meta, last["stamp"], doc, {}, True, last["pose"])
+        self._fallback_state = "active"
         self.fallback_plans += 1
 
     # ------------------------------------------------------------------ diagnostics
+    def _status(self, name: str, st: Status) -> DiagnosticStatus:
+        return DiagnosticStatus(level=bytes([st.level]), name=f"ddrive_planner: {name}", message=st.message,
+                                hardware_id="ddrive_planner", values=_kv(st.values))
+
     def _publish_diagnostics(self) -> None:
-        now = self._now()
+        now, mono = self._now(), time.monotonic()
         with self._lock:
             ages = self.sync.input_ages(now).ages
             drops = self.sync.drops.snapshot()
@@ -338,59 +516,81 @@ class PlannerNode(Node):
             buffers["odometry"] = len(self.sync.odom)
         max_age = self._p("max_input_age_s")
         stale = [k for k, v in ages.items() if v is None or v > max_age]
-        inputs = DiagnosticStatus(name="ddrive_planner: inputs", hardware_id="ddrive_planner")
-        kv = inputs.values
-        for k, v in ages.items():
-            kv.append(KeyValue(key=f"age_s/{k}", value="never" if v is None else f"{v:.3f}"))
-            kv.append(KeyValue(key=f"received/{k}", value=str(self.received[k])))
-        for k, v in buffers.items():
-            kv.append(KeyValue(key=f"buffered/{k}", value=str(v)))
-        kv.append(KeyValue(key="navigation_command", value=nav))
-        kv.append(KeyValue(key="dropped_total", value=str(sum(drops.values()))))
-        for k, v in sorted(drops.items()):
-            kv.append(KeyValue(key=f"dropped/{k}", value=str(v)))
-        for k, v in sorted(self.sync_failures.items()):
-            kv.append(KeyValue(key=f"sync_failed/{k}", value=str(v)))
-        if stale:
-            inputs.level, inputs.message = DiagnosticStatus.ERROR, "stale or missing: " + ", ".join(stale)
-        elif drops:
-            inputs.level, inputs.message = DiagnosticStatus.WARN, f"{sum(drops.values())} messages dropped"
-        else:
-            inputs.level, inputs.message = DiagnosticStatus.OK, "inputs fresh"
+        recent_drops = self.windows["drops"].update(mono, sum(drops.values()))
+        recent_errors = self.windows["plan_errors"].update(mono, self.plan_errors)
+        recent_sync = self.windows["sync_failures"].update(mono, sum(self.sync_failures.values()))
+        window = self._p("diagnostic_window_s")
 
-        planning = DiagnosticStatus(name="ddrive_planner: planning", hardware_id="ddrive_planner")
-        kv = planning.values
-        for k, v in (("plans", self.plans), ("ticks", self.ticks), ("skipped_ticks", self.skipped_ticks),
-                     ("fallback_plans", self.fallback_plans), ("fallback_active", self._fallback_active),
-                     ("plan_errors", self.plan_errors), ("busy", self._busy), ("rss_kb", rss_kb(os.getpid()) or -1)):
-            kv.append(KeyValue(key=k, value=str(v)))
-        for k, v in self.last_latency.items():
-            kv.append(KeyValue(key=f"latency_ms/{k}", value=f"{v:.1f}"))
+        values: dict[str, Any] = {}
+        for k, v in ages.items():
+            values[f"age_s/{k}"] = "never" if v is None else f"{v:.3f}"
+            values[f"received/{k}"] = self.received[k]
+        values.update({f"buffered/{k}": v for k, v in buffers.items()})
+        values.update(navigation_command=nav, dropped_total=sum(drops.values()), dropped_in_window=recent_drops)
+        values.update({f"dropped/{k}": v for k, v in sorted(drops.items())})
         if stale:
-            planning.level = DiagnosticStatus.ERROR
-            planning.message = "fallback stop" if self._fallback_active else "no plan: stale inputs"
-        elif self.plan_errors:
-            planning.level, planning.message = DiagnosticStatus.WARN, f"{self.plan_errors} planning errors"
+            inputs = Status(2, "stale or missing: " + ", ".join(stale), values)
+        elif recent_drops:
+            inputs = Status(1, f"{recent_drops} messages dropped in the last {window:g} s", values)
         else:
-            planning.level, planning.message = DiagnosticStatus.OK, "planning"
+            inputs = Status(0, "inputs fresh", values)
+
+        values = {"plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
+                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "fallback_plans": self.fallback_plans,
+                  "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
+                  "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,
+                  "sync_failed_in_window": recent_sync, "late_plans_dropped": self.late_plans_dropped,
+                  "busy": self._busy, "rss_kb": rss_kb(os.getpid()) or -1,
+                  "plan_age_s": "never" if self.watchdog.last_plan is None else f"{mono - self.watchdog.last_plan:.3f}",
+                  "worker_busy_s": "idle" if self.watchdog.busy_since is None
+                  else f"{mono - self.watchdog.busy_since:.3f}"}
+        values.update({f"sync_failed/{k}": v for k, v in sorted(self.sync_failures.items())})
+        values.update({f"latency_ms/{k}": f"{v:.1f}" for k, v in self.last_latency.items()})
+        fb = {"active": "fallback stop", "expired": "fallback expired"}.get(self._fallback_state, "no fallback")
+        verdict = self._verdict  # the planning tick's own verdict, so ERROR and the fallback go together
+        if stale:
+            planning = Status(2, f"{fb}: stale inputs", values)
+        elif not verdict.healthy:
+            planning = Status(2, f"{fb}: planner {verdict.reason}: {verdict.detail}", values)
+        elif recent_errors or recent_sync:
+            planning = Status(1, f"{recent_errors} planning errors, {recent_sync} sync failures in the last "
+                                 f"{window:g} s", values)
+        else:
+            planning = Status(0, "planning", values)
+
+        statuses = [self._status("inputs", inputs), self._status("planning", planning)]
+        for k in self.freq:
+            statuses.append(self._status(f"{k} frequency", self.freq[k].status(mono)))
+            statuses.append(self._status(f"{k} timestamp", self.stamps[k].status()))
+        statuses.append(self._status("output frequency", self.out_freq.status(mono)))
         arr = DiagnosticArray()
         arr.header.stamp = convert.to_stamp(now)
-        arr.status = [inputs, planning]
+        arr.status = statuses
         self.pub_diag.publish(arr)
 
+
+class PlannerNode(PlannerCore, Node):
+    """The plain node (`ros2 run ddrive_ros ddrive_planner`): loads, subscribes and plans at once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(I.NODE_NAME, **kwargs)
+        self._declare()
+        self._load()
+        self._start()
+
     def destroy_node(self) -> None:
-        with self._cv:
-            self._running = False
-            self._cv.notify_all()
-        self._worker.join(timeout=10.0)
+        if self._loaded:
+            self._stop()
+            self._unload()
         super().destroy_node()
 
 
-def main(args: list[str] | None = None) -> None:
+def main(args: list[str] | None = None, node_class: type = PlannerNode) -> None:
+    """rclpy.init, build the node, spin until Ctrl-C or shutdown, clean up."""
     rclpy.init(args=args)
     node = None
     try:
-        node = PlannerNode()
+        node = node_class()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()

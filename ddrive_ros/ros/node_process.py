@@ -16,8 +16,12 @@ def default_domain_id() -> int:
 
 
 def param_text(v: Any) -> str:
+    """A value as `-p name:=value` text; strings are quoted so YAML keeps them strings (a numeric
+    checkpoint name stays a name)."""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
     return str(v)
 
 
@@ -36,11 +40,22 @@ def rss_kb(pid: int) -> int | None:
 class NodeProcess:
     """A running planner node; `stop()` sends SIGINT (a clean rclpy shutdown), then kills."""
 
-    def __init__(self, params: dict[str, Any], domain_id: int, log_path: Path, module: str = "ddrive_ros.ros.node"):
-        args = [sys.executable, "-m", module, "--ros-args"]
+    def __init__(self, params: dict[str, Any], domain_id: int, log_path: Path, module: str = "ddrive_ros.ros.node",
+                 remaps: dict[str, str] | None = None, executable: list[str] | None = None,
+                 params_file: str | Path | None = None, env: dict[str, str] | None = None):
+        """`remaps`: node-relative name -> topic (`-r ~/input/odometry:=/odom`); `executable`: a
+        command instead of `python -m module` (e.g. an installed `ddrive_planner` script);
+        `params_file`: a ROS parameters file (the -p values override it); `env`: the environment
+        (default this process's)."""
+        args = list(executable) if executable else [sys.executable, "-m", module]
+        args.append("--ros-args")
+        if params_file is not None:
+            args += ["--params-file", str(params_file)]
         for k, v in params.items():
             args += ["-p", f"{k}:={param_text(v)}"]
-        env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1")
+        for k, v in (remaps or {}).items():
+            args += ["-r", f"{k}:={v}"]
+        env = dict(os.environ if env is None else env, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1")
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "w")

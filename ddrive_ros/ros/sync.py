@@ -254,8 +254,11 @@ class Synchronizer:
                 continue
             images = [[self.cameras[cam].at(t) for cam, t in zip(CAMERAS, row)] for row in matched]
             try:
-                return assemble(images, self.odom.track(), float(t0), self.nav_command,
-                                meta={"history_stamp": matched[0][CAMERAS.index(ANCHOR)]})
+                track = self.odom.track()
+                # the odometry pose at t0 goes along, so outputs can be put in the odometry's frame
+                x, y, yaw = (float(v) for v in track.states([float(t0)])[0][:3])
+                return assemble(images, track, float(t0), self.nav_command,
+                                meta={"history_stamp": matched[0][CAMERAS.index(ANCHOR)], "odom_pose": (x, y, yaw)})
             except RecipeError as e:
                 raise SyncError(e.reason, e.detail) from e
         if first_error is None:

@@ -1,0 +1,127 @@
+"""A planner node (its own process) fed live by a sensor feed (another process), watched and
+reconfigured from this process over DDS: sync under camera jitter, run-time parameters, the
+hung-planner watchdog and its recovery.
+
+One node and one feed serve the module (model load and discovery are the slow part); the tests run
+in order: sync first (undisturbed), then parameters, then the hang.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.node_process import NodeProcess
+from ddrive_ros.ros.listener import Listener, start_feed
+
+DOMAIN = os.getpid() % 200 + 20 + 10
+PERIOD = 0.5
+NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
+        "planning_rate_hz": int(1 / PERIOD), "plan_timeout_s": 0.6,  # an int for a double, on the command line "diagnostics_rate_hz": 4.0,
+        "sync_tolerance_s": 0.05}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("live")
+    node = NodeProcess(NODE, DOMAIN, tmp / "node.log", remaps=I.bag_remaps(False))
+    # side cameras published (and stamped) up to 40 ms after the front
+    feed = start_feed(DOMAIN, tmp / "feed.log", camera_hz=10, odom_hz=50, side_delay_max=0.04, duration=600)
+    listener = Listener(DOMAIN)
+    try:
+        listener.wait_for(lambda: len([p for _, p in listener.plans if not p["fallback"]]) >= 2, 150,
+                          "two plans from the live node")
+        yield listener, node
+    finally:
+        listener.close()
+        feed.terminate()
+        feed.wait(10)
+        code = node.stop()
+        assert code == 0, node.tail()
+
+
+def _counts(listener: Listener) -> dict[str, int]:
+    level, _, values = listener.planning()
+    return {k: int(values[k]) for k in ("ticks", "plans", "skipped_ticks", "no_new_set", "sync_failed_in_window",
+                                        "catch_ups")} | \
+        {"sync_failed_total": sum(int(v) for k, v in values.items() if k.startswith("sync_failed/")), "level": level}
+
+
+def test_side_cameras_40ms_late_lose_no_ticks(live):
+    listener, node = live
+    before = _counts(listener)
+    time.sleep(6.0)
+    after = _counts(listener)
+    d = {k: after[k] - before[k] for k in ("ticks", "plans", "skipped_ticks", "no_new_set", "catch_ups")}
+    assert d["ticks"] >= 10, d
+    # every tick found a new complete set: planned, or skipped because the worker was still busy (the
+    # worker then plans the newest set itself as soon as it is free: a catch-up)
+    assert after["sync_failed_total"] == 0 and after["sync_failed_in_window"] == 0, after
+    assert d["no_new_set"] == 0, d
+    assert abs((d["ticks"] - d["skipped_ticks"]) - (d["plans"] - d["catch_ups"])) <= 1, d
+    assert d["plans"] >= 0.5 * d["ticks"], d  # a plan fits the period on a shared machine most of the time
+    assert after["level"] == 0, listener.planning()
+    # the anchors are front frames newer than the side frames' lag: consecutive plans, distinct stamps
+    stamps = [p["input_stamp"] for _, p in listener.plans if not p["fallback"]]
+    assert len(set(stamps)) == len(stamps)
+
+
+def test_parameters_take_effect_or_are_refused_with_a_reason(live):
+    from rcl_interfaces.msg import ParameterType
+
+    listener, node = live
+    # an integer given for a double on the command line was stored as a double
+    value = listener.get_parameters("planning_rate_hz")[0]
+    assert value.type == ParameterType.PARAMETER_DOUBLE and value.double_value == 1.0 / PERIOD
+    # an integer for a double is accepted and stored as a double; the timer follows
+    assert listener.set_parameters(planning_rate_hz=4)[0].successful
+    value = listener.get_parameters("planning_rate_hz")[0]
+    assert value.type == ParameterType.PARAMETER_DOUBLE and value.double_value == 4.0
+    time.sleep(0.6)
+    t0, c0 = time.monotonic(), _counts(listener)["ticks"]
+    time.sleep(4.0)
+    rate = (_counts(listener)["ticks"] - c0) / (time.monotonic() - t0)
+    assert 2.8 <= rate <= 5.0, rate  # 4 Hz (diagnostics sample at 4 Hz: +-1 tick)
+    assert listener.set_parameters(planning_rate_hz=1.0 / PERIOD)[0].successful
+    # refused, each with a reason naming what is wrong
+    refused = {
+        "planning_rate_hz": (0.0, "planning_rate_hz"),
+        "checkpoint": ("fast_ddrive_tiny", "read-only"),
+        "fallback": ("brake", "not one of"),
+        "tau": ("high", "must be a double"),
+        "sync_tolerance_s": (-0.1, "sync_tolerance_s"),
+    }
+    for name, (value, reason) in refused.items():
+        result = listener.set_parameters(**{name: value})[0]
+        assert not result.successful and reason in result.reason, (name, result.reason)
+    assert listener.get_parameters("planning_rate_hz")[0].double_value == 1.0 / PERIOD
+    # a decoder knob: accepted, and the node still plans with it
+    n = len(listener.plans)
+    assert listener.set_parameters(steps=1)[0].successful
+    listener.wait_for(lambda: len(listener.plans) > n + 2, 20, "plans after changing steps")
+    assert listener.plans[-1][1]["model"]["knobs"] == {"tau": 0.9, "steps": 1}
+
+
+def test_hung_planner_fallback_and_error_then_recovery(live):
+    listener, node = live
+    n_plans = len(listener.plans)
+    assert listener.set_parameters(debug_plan_delay_s=30.0)[0].successful
+    t_set = time.monotonic()
+    fb = listener.wait_for(lambda: [(t, p) for t, p in listener.plans[n_plans:] if p["fallback"]], 10, "a fallback")
+    t_fb, plan = fb[0]
+    err = listener.wait_for(lambda: [(t, st["planning"]) for t, st in listener.diagnostics
+                                     if t > t_set and "planning" in st and st["planning"][0] == 2], 10, "an ERROR")
+    t_err, status = err[0]
+    assert plan["reason"] == "planner hung" and "hung" in status[1], (plan["reason"], status[1])
+    # the hang starts at the first tick after the set (<= 1 period); fallback and ERROR within 2 periods of it
+    assert t_fb - t_set <= 3 * PERIOD + 0.25 and t_err - t_set <= 3 * PERIOD + 0.25, (t_fb - t_set, t_err - t_set)
+    assert status[2]["fallback_active"] == "True"
+    # recovery: the hang ends, the late plan is dropped, fresh plans and OK return
+    assert listener.set_parameters(debug_plan_delay_s=0.0)[0].successful
+    t_clear = time.monotonic()
+    listener.wait_for(lambda: [1 for t, p in listener.plans if t > t_clear and not p["fallback"]], 10, "a real plan")
+    ok = listener.wait_for(lambda: [(t, st["planning"]) for t, st in listener.diagnostics
+                                    if t > t_clear and "planning" in st and st["planning"][0] == 0], 10, "OK again")
+    assert int(ok[0][1][2]["late_plans_dropped"]) >= 1
