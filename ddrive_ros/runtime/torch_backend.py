@@ -36,10 +36,9 @@ class TorchBackend:
 
     @torch.inference_mode()
     def step(self, tokens, start, valid, bidirectional, action) -> torch.Tensor:
+        # start and valid stay host integers (layout facts): no scalar copies to the device per step
         n = tokens.shape[0]
-        start_t = torch.tensor(start, device=self.device)
-        valid_t = torch.tensor(valid, device=self.device)
-        return self.model.step(tokens.to(self.device), start_t, valid_t, bidirectional, self.cache.rows(n), action).float()
+        return self.model.step(tokens.to(self.device), start, valid, bidirectional, self.cache.rows(n), action).float()
 
     def fork(self, n: int, prefix_len: int) -> None:
         self.cache.fork(n, prefix_len)
