@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 
 def lower_right_causal(queries: int, keys: int, device: torch.device) -> torch.Tensor | object:
@@ -30,6 +29,9 @@ def lower_right_causal(queries: int, keys: int, device: torch.device) -> torch.T
     if queries == keys:
         return None  # square: plain is_causal
     if device.type == "cuda":
+        # imported here: torch.nn.attention.bias pulls in torch._dynamo, seconds of import on a CPU-only run
+        from torch.nn.attention.bias import causal_lower_right
+
         return causal_lower_right(queries, keys)
     offset = keys - queries
     return torch.arange(keys, device=device)[None, :] <= torch.arange(queries, device=device)[:, None] + offset
