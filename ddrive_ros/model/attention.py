@@ -48,7 +48,7 @@ def attend_live(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=pattern, enable_gqa=gqa)
 
 
-def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Explicit-mask attention for training, the uncached reference and traced (ONNX) graphs.
 
     GQA without copies by folding the query heads of each K/V group into the query length:
@@ -61,7 +61,9 @@ def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
     if rep == 1:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     grouped = q.reshape(b, kv, rep * w, d)
-    if mask.dim() == 4:  # (B|1, 1, W, S): the head axis is broadcast, the group axis tiles queries
+    if mask is None:  # every key visible (a draft over the live keys)
+        pass
+    elif mask.dim() == 4:  # (B|1, 1, W, S): the head axis is broadcast, the group axis tiles queries
         mask = mask.repeat(1, 1, rep, 1)
     else:
         mask = mask.repeat(rep, 1)
