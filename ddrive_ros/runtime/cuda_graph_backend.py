@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ddrive_ros.model.vla import DrivingVLA
-from ddrive_ros.runtime.torch_backend import images_to_input
+from ddrive_ros.runtime.torch_backend import images_to_input, pad_window
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,9 @@ class CudaGraphBackend:
         view = self.cache.rows(n)
 
         def run() -> torch.Tensor:
-            return self.model.step(buf, start, valid, bidirectional, view, action).float()
+            # the graph is per (start, valid) anyway: the window's padding is never computed
+            return pad_window(self.model.step(buf[:, :valid], start, valid, bidirectional, view, action).float(),
+                              self.window)
 
         return self._call(("step", n, start, valid, bidirectional, action), run)
 
