@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddrive_ros.model.backbone import Action, Backbone
+from ddrive_ros.model.backbone import Backbone
 from ddrive_ros.model.config import ModelConfig
 from ddrive_ros.model.kv_cache import KVCache, KVCacheView
 from ddrive_ros.model.vision import EgoEncoder, VisionEncoder, ego_features
