@@ -54,7 +54,8 @@ DECODERS: list[tuple[str, str, dict[str, Any]]] = [
     ("diffusion-4step", "diffusion", {"steps": 4, "tau": 1.01}),  # tau > 1: exactly 4 forwards per block
     ("speculative", "speculative", {}),
 ]
-BACKENDS = ("eager", "cuda_graph")
+BACKENDS = ("eager", "cuda_graph", "compiled")
+COMPILE_SECONDS_NEEDED = 120  # torch.compile of every step shape; skipped when less time is left (and in dry runs)
 TRT_SECONDS_NEEDED = 150  # export + engine builds for a 0.8B model; skipped when less time is left
 
 
@@ -131,10 +132,23 @@ class Case:
         return self.images, self.ego, self.bos, self.nav
 
 
-def make(kind: str, case: Case, window: int, device: torch.device, dtype: torch.dtype, graphs: bool):
+def make(kind: str, case: Case, window: int, device: torch.device, dtype: torch.dtype, graphs: bool, rows: int = 1):
     if kind == "eager":
-        return TorchBackend(case.model, window, 1, device, dtype)
-    return CudaGraphBackend(case.model, window, 1, device, dtype, graphs=graphs)
+        return TorchBackend(case.model, window, rows, device, dtype)
+    if kind == "compiled":
+        return TorchBackend(case.model, window, rows, device, dtype, compile=True)
+    return CudaGraphBackend(case.model, window, rows, device, dtype, graphs=graphs)
+
+
+def sampled_rollouts(kind: str, case: Case, device: torch.device, dtype: torch.dtype, graphs: bool) -> dict[str, Any]:
+    """A sampled plan (T=0.7) with 4 sampled rollouts (T=1): the sampling generator must live on the
+    device of the logits (a CPU generator made multinomial fail on CUDA tensors)."""
+    backend = make(kind, case, case.main.window, device, dtype, graphs, rows=4)
+    prompt = backend.prompt(*case.inputs())
+    ids, stats = decode(backend, case.main, prompt, make_strategy("speculative"),
+                        DecodeOptions(temperature=0.7, rollouts=4, rollout_temperature=1.0, seed=1))
+    allowed = torch.as_tensor(case.main.allowed, device=ids.device)
+    return {"ok": bool(allowed.gather(1, ids.T).all()), "rows": ids.shape[0], "forwards": stats.forwards}
 
 
 # ---------------------------------------------------------------------------- measurements
@@ -220,29 +234,39 @@ def markdown(res: dict[str, Any]) -> str:
     fw = res["forward"]
     trt = res["tensorrt"]
     lines += [f"## Forward latency, ms ({fw['schema']}, window {fw['window']}, rows 1)", "",
-              "| forward | floor (bytes/bandwidth) | eager | CUDA graphs | TensorRT |", "|---|---|---|---|---|"]
+              "| forward | floor (bytes/bandwidth) | eager | compiled | CUDA graphs | TensorRT |", "|---|---|---|---|---|---|"]
     stages = (("vision_ms", "vision encode", "vision"),
               ("prefill_ms", f"prefill (P={fw['prompt_len']})", "backbone_step"),
               ("step_draft_ms", "block step, draft", "backbone_step"),
               ("step_verify_ms", "block step, verify/commit", "backbone_step"))
     for key, label, floor in stages:
         lines.append(f"| {label} | {f(fw['floor_ms'][floor])} | {f(fw.get('eager', {}).get(key))} | "
+                     f"{f(fw.get('compiled', {}).get(key))} | "
                      f"{f(fw.get('cuda_graph', {}).get(key))} | {f(trt.get(key))} |")
     lines += ["", "## Plan latency, ms (vision + prefill + decode, batch 1)", "",
-              "| schema | decoder | forwards | eager | CUDA graphs | CUDA graphs at forwards used | forwards used "
-              "| same tokens |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| schema | decoder | forwards | eager | compiled | CUDA graphs | CUDA graphs at forwards used "
+              "| forwards used | same tokens |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for p in res["plans"]:
         used = f"{p['estimate_forwards']:.0f} ({p['estimate_source']})"
         lines.append(f"| {p['schema']} | {p['decoder']} | {p['forwards']} | {f(p.get('eager_ms'))} | "
+                     f"{f(p.get('compiled_ms'))} | "
                      f"{f(p.get('cuda_graph_ms'))} | {f(p.get('cuda_graph_estimate_ms'))} | {used} | "
                      f"{p['identical_tokens']} |")
     mem = res["peak_memory_gb"]
+    lines += ["", "speculative vs AR tokens: " + ", ".join(
+        f"{k} {v['token_match']:.3f}{' (identical)' if v['identical'] else ''}"
+        for k, v in res.get("speculative_vs_ar", {}).items())]
+    lines += ["sampled plan + 4 sampled rollouts: " + ", ".join(
+        f"{k} {'ok' if v['ok'] else 'BAD TOKENS'}" for k, v in res.get("sampled_rollouts", {}).items())]
+    lines += ["graph capture at warm-up: " + ", ".join(
+        f"{k} {v['graphs']} graphs in {v['seconds']} s" for k, v in res.get("capture", {}).items())]
     if res["dry_run"]:
         lines += ["", "dry run: the CUDA graphs column runs the same static-buffer calls without capture"]
     lines += ["", "peak GPU memory, GB: " + (", ".join(f"{k} {v:.2f}" for k, v in mem.items()) if mem else "n/a (CPU)"),
               f"total {res['seconds']:.0f} s"]
     lines += [f"FAILED {k}: {v}" for k, v in res["errors"].items()]
+    lines += [f"skipped {k}: {v}" for k, v in res.get("skipped", {}).items()]
     return "\n".join(lines)
 
 
@@ -251,11 +275,19 @@ def measure_backend(kind: str, case: Case, res: dict[str, Any], trained: dict, d
                     dtype: torch.dtype, clock: Clock, iters: int, plans: int, graphs: bool) -> None:
     """Forward latency (fast_ddrive) and plan latency of every decoder on one backend kind, into `res`."""
     backends = {w: make(kind, case, w, device, dtype, graphs) for w in {case.ar.window, case.main.window}}
+    if kind == "cuda_graph":  # capture every step shape before timing: no plan pays a capture
+        for layout, modes in ((case.ar, (False,)), (case.main, (True, False))):
+            t0 = time.perf_counter()
+            count = backends[layout.window].warmup(layout, 1, modes)
+            res.setdefault("capture", {})[f"{case.name}/block{layout.block_size}"] = {
+                "graphs": count, "seconds": round(time.perf_counter() - t0, 2)}
+    ids_by_decoder = {}
     if "forward" in res and res["forward"]["schema"] == case.name:
         res["forward"][kind] = forward_latency(backends[case.main.window], case, clock, iters)
     for label, decoder, knobs in DECODERS:
         layout = case.ar if decoder == "ar" else case.main
         r = plan_latency(backends[layout.window], layout, case, decoder, knobs, plans, clock)
+        ids_by_decoder[decoder] = r["ids"]
         row = next((p for p in res["plans"] if p["schema"] == case.name and p["decoder"] == label), None)
         if row is None:
             row = {"schema": case.name, "decoder": label, "forwards": r["forwards"], "_ids": r["ids"]}
@@ -267,6 +299,12 @@ def measure_backend(kind: str, case: Case, res: dict[str, Any], trained: dict, d
         row["estimate_source"] = "shipped tiny model" if known else "measured"
         row[f"{kind}_estimate_ms"] = r["prompt_ms"] + r["decode_ms"] * row["estimate_forwards"] / r["forwards"]
         row["identical_tokens"] = bool(torch.equal(row["_ids"], r["ids"])) and row.get("identical_tokens", True)
+    # exact by construction in fp32; in bf16 the AR (1-token) and speculative (block) forwards run other
+    # kernels, so near-ties may flip: report the token agreement instead of assuming it
+    spec, ar = ids_by_decoder["speculative"], ids_by_decoder["ar"]
+    res.setdefault("speculative_vs_ar", {})[f"{case.name}/{kind}"] = {
+        "identical": bool(torch.equal(spec, ar)), "token_match": float((spec == ar).float().mean())}
+    res.setdefault("sampled_rollouts", {})[f"{case.name}/{kind}"] = sampled_rollouts(kind, case, device, dtype, graphs)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -298,6 +336,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "weight_bytes": weights,
                               "floor_ms": {k: v / (res["bandwidth_gbs"] * 1e9) * 1e3 for k, v in weights.items()}}
         for kind in BACKENDS:
+            if kind == "compiled" and (dry or args.budget_s - (time.perf_counter() - t_start) < COMPILE_SECONDS_NEEDED):
+                res.setdefault("skipped", {})[f"{schema}/compiled"] = "dry run or too little of the time budget left"
+                continue
             if not dry:
                 torch.cuda.reset_peak_memory_stats()
             try:

@@ -38,6 +38,11 @@ class Planner:
         dtype = getattr(torch, opt.dtype)
         self.backend = make_backend(opt.backend, bundle.model, window=self.layout.window, max_rows=max(1, opt.rollouts),
                                     device=opt.device, dtype=dtype, **opt.backend_options)
+        if hasattr(self.backend, "warmup"):
+            # capture every step shape a plan uses now, so the first real plan pays no capture
+            modes = (False,) if opt.decoder == "ar" else (True, False)
+            captured = self.backend.warmup(self.layout, max(1, opt.rollouts), modes)
+            log.info("%s backend: %d step graphs captured at start-up", self.backend.name, captured)
         self.bos = torch.tensor([self.tokenizer.bos_id])
         self._plans = 0
 

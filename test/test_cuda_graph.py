@@ -101,3 +101,15 @@ def test_multi_rollout_gives_eager_tokens_with_cuda_graphs(setup):
     ids, _ = run(graphs, layout, setup, "speculative", options)
     ref, _ = run(eager, layout, setup, "speculative", options)
     assert ids.shape[0] == 3 and torch.equal(ids, ref)
+
+
+def test_warmup_captures_every_step_shape_a_plan_uses(setup):
+    """After warm-up a plan only replays: no step shape is left to capture during a plan."""
+    layout = setup.main
+    backend = CudaGraphBackend(setup.model(), layout.window, 2, device="cpu", dtype=torch.float32, graphs=False)
+    captured = backend.warmup(layout, rollouts=2)
+    assert captured == 2 * len(layout.blocks)  # draft and causal per block
+    steps = {k for k in backend.calls if k[0] == "step"}
+    for decoder in ("speculative", "diffusion", "s2d2"):
+        run(backend, layout, setup, decoder, DecodeOptions(rollouts=2, rollout_temperature=0))
+        assert {k for k in backend.calls if k[0] == "step"} == steps, decoder

@@ -49,3 +49,10 @@ def test_gpu_bench_dry_run_writes_results_without_ros_opencv_or_tqdm(tmp_path):
     assert spec["cuda_graph_estimate_ms"] < spec["cuda_graph_ms"]
     assert rows[("trajectory_only", "speculative")]["estimate_source"] == "measured"
     assert res["tensorrt"]["note"]
+    # fp32 on the CPU: speculative gives AR's tokens; sampled rollouts run on every backend kind
+    assert all(v["identical"] for v in res["speculative_vs_ar"].values()), res["speculative_vs_ar"]
+    assert set(res["sampled_rollouts"]) == {f"{s}/{k}" for s in ("fast_ddrive", "trajectory_only")
+                                            for k in ("eager", "cuda_graph")}
+    assert all(v["ok"] and v["rows"] == 4 for v in res["sampled_rollouts"].values())
+    assert res["capture"]["fast_ddrive/block32"]["graphs"] > 0
+    assert set(res["skipped"]) == {"fast_ddrive/compiled", "trajectory_only/compiled"}

@@ -17,8 +17,9 @@ from ddrive_ros.model.config import ModelConfig  # noqa: E402
 from ddrive_ros.model.vla import DrivingVLA  # noqa: E402
 from ddrive_ros.runtime.factory import make_backend  # noqa: E402
 from ddrive_ros.runtime.onnx_backend import OnnxBackend, SplitCache  # noqa: E402
-from ddrive_ros.runtime.onnx_export import (MAX_IR_VERSION, control_flow_nodes, export_checkpoint,  # noqa: E402
-                                            file_sha256, prefill_inputs, step_graph_name, step_inputs, vision_inputs)
+from ddrive_ros.runtime.onnx_export import (LIVE_GRAPHS, MAX_IR_VERSION, control_flow_nodes,  # noqa: E402
+                                            export_checkpoint, file_sha256, live_graph_name, live_inputs,
+                                            prefill_inputs, step_graph_name, step_inputs, vision_inputs)
 from ddrive_ros.runtime.torch_backend import TorchBackend  # noqa: E402
 from ddrive_ros.scaffold.layout import Layout  # noqa: E402
 from ddrive_ros.scaffold.schema import Schema  # noqa: E402
@@ -91,10 +92,11 @@ def max_diff(a, b) -> float:
 
 
 # ---------------------------------------------------------------------------- the files
-def test_export_writes_checked_static_graphs_with_a_manifest(exported):
+def test_export_writes_checked_graphs_with_a_manifest(exported):
     manifest = json.loads((exported.dir / "manifest.json").read_text())
-    expected = {"vision", "prefill"} | {step_graph_name(w, n) for w in (exported.ar.window, exported.main.window)
-                                         for n in (1, ROWS)}
+    expected = {"vision", "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in (exported.ar.window,
+                                                                                      exported.main.window)
+                                                       for n in (1, ROWS)}
     assert set(manifest["graphs"]) == expected
     assert manifest["opset"] == 17 and manifest["ir_version"] <= MAX_IR_VERSION
     assert manifest["model_config"] == exported.model.cfg.to_dict()
@@ -105,8 +107,14 @@ def test_export_writes_checked_static_graphs_with_a_manifest(exported):
         assert proto.ir_version <= MAX_IR_VERSION, name
         assert control_flow_nodes(proto.graph) == [], name
         assert file_sha256([path]) == entry["sha256"]
-        for value in proto.graph.input:  # static shapes only
-            assert all(d.HasField("dim_value") for d in value.type.tensor_type.shape.dim), (name, value.name)
+        dims = {value.name: [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+                for value in proto.graph.input}
+        if name in LIVE_GRAPHS:  # rows, block length and prefix length are dynamic axes, the rest static
+            bb = exported.model.cfg.backbone
+            assert dims["tokens"] == ["rows", "valid"], (name, dims)
+            assert dims["k_prefix"] == [bb.layers, "rows", bb.kv_heads, "start", bb.head_dim], (name, dims)
+        else:  # static shapes only (TensorRT, CUDA graphs)
+            assert all(isinstance(d, int) and d > 0 for shape in dims.values() for d in shape), (name, dims)
 
 
 def test_control_flow_walk_finds_nodes_inside_subgraphs():
@@ -179,6 +187,64 @@ def test_step_graph_matches_pytorch(fast, rows, bidirectional, action):
     assert max_diff(v_win, cache.v[:, :, :, start:start + w]) < TOL
 
 
+@pytest.mark.parametrize("rows", [1, ROWS])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("action", [False, True])
+def test_live_step_graph_matches_pytorch_on_the_live_keys_only(fast, rows, causal, action):
+    """One graph per kind of step; the prefix length is the block start, the token count its length."""
+    w = fast.main.window
+    start, valid = fast.model.cfg.prompt_len + 40, w - 5
+    gen = torch.Generator().manual_seed(6)
+    tokens, k_prefix, v_prefix = live_inputs(fast.model, rows, valid, start, gen)
+    logits, k_win, v_win = session(fast, live_graph_name(causal, action)).run(
+        None, {"tokens": tokens.numpy(), "k_prefix": k_prefix.numpy(), "v_prefix": v_prefix.numpy()})
+    cache = fast.model.new_cache(rows, w)
+    cache.k[:, :, :, :start] = k_prefix
+    cache.v[:, :, :, :start] = v_prefix
+    with torch.no_grad():
+        ref = fast.model.step(tokens, start, valid, not causal, cache.rows(rows), action)
+    assert logits.shape == (rows, valid, fast.model.cfg.vocab_size)
+    assert max_diff(logits, ref) < TOL
+    assert max_diff(k_win, cache.k[:, :, :, start:start + valid]) < TOL
+    assert max_diff(v_win, cache.v[:, :, :, start:start + valid]) < TOL
+    # the graph holds only the head (and FFNs) of its kind: the other head's weights are not in it
+    proto = onnx.load(str(fast.dir / fast.manifest["graphs"][live_graph_name(causal, action)]["file"]))
+    weights = [onnx.numpy_helper.to_array(init) for init in proto.graph.initializer]
+    bb = fast.model.backbone
+
+    def holds(w: torch.Tensor) -> bool:
+        w = w.detach().numpy()
+        return any(x.shape == s.shape and np.allclose(x, s) for x in weights for s in (w, w.T))
+
+    used, unused = (bb.action_head, bb.head) if action else (bb.head, bb.action_head)
+    assert holds(used.weight) and not holds(unused.weight)
+    ffn_used, ffn_unused = (bb.layers[0].action_ffn, bb.layers[0].ffn) if action else (bb.layers[0].ffn,
+                                                                                         bb.layers[0].action_ffn)
+    assert holds(ffn_used.down.weight) and not holds(ffn_unused.down.weight)
+
+
+def test_int8_backend_quantises_once_and_stays_close_to_fp32(short, tmp_path):
+    import shutil
+
+    folder = tmp_path / "export"
+    shutil.copytree(short.dir, folder)
+    layout = short.main
+    int8 = OnnxBackend(folder, layout.window, 1, threads=1, int8=True)
+    quantised = sorted(p.name for p in folder.glob("*.int8.onnx"))
+    assert quantised == sorted(f"{g}.int8.onnx" for g in ["prefill", *LIVE_GRAPHS])
+    ops = {node.op_type for node in onnx.load(str(folder / "live_draft_action.int8.onnx")).graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
+    stamp = (folder / "prefill.int8.onnx").stat().st_mtime_ns
+    OnnxBackend(folder, layout.window, 1, threads=1, int8=True)
+    assert (folder / "prefill.int8.onnx").stat().st_mtime_ns == stamp  # reused, not quantised again
+    fp32 = OnnxBackend(folder, layout.window, 1, threads=1)
+    prompt = fp32.prompt(*short.inputs())
+    a, b = fp32.prefill(prompt), int8.prefill(prompt)
+    assert 0 < max_diff(a, b) < 0.1 * float(a.abs().max())  # quantised: different numbers, same scale
+    ids, stats = run_decoder(int8, layout, short, "speculative")
+    assert torch.as_tensor(layout.allowed).gather(1, ids.T).all() and stats.tokens_decided == layout.editable_count()
+
+
 # ---------------------------------------------------------------------------- decoding parity
 def run_decoder(backend, layout: Layout, ex: Exported, decoder: str, options: DecodeOptions | None = None):
     prompt = backend.prompt(*ex.inputs())
@@ -204,8 +270,8 @@ def test_multi_rollout_gives_identical_tokens_on_onnx_runtime(exported):
     assert torch.equal(ort_ids, ref_ids)
 
 
-def test_fewer_rollouts_than_rows_pad_the_static_batch(short):
-    """Two rollouts on a 3-row export run on the 3-row graph with one padding row."""
+def test_fewer_rollouts_than_cache_rows(short):
+    """Two rollouts on a 3-row backend: the live graphs take any row count, the cache store has 3."""
     layout = short.main
     options = DecodeOptions(rollouts=2, rollout_temperature=0)
     ort_ids, _ = run_decoder(OnnxBackend(short.dir, layout.window, ROWS, threads=1), layout, short, "diffusion", options)
@@ -231,8 +297,13 @@ def test_split_cache_carries_row_zero_into_the_wide_store_and_back():
 def test_backend_refuses_a_folder_without_the_needed_graphs(fast, tmp_path):
     with pytest.raises(FileNotFoundError, match="manifest.json"):
         OnnxBackend(tmp_path, fast.main.window)
+    old = tmp_path / "old_export"  # an export made before the live graphs existed
+    old.mkdir()
+    manifest = json.loads((fast.dir / "manifest.json").read_text())
+    manifest["graphs"] = {k: v for k, v in manifest["graphs"].items() if k not in LIVE_GRAPHS}
+    (old / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(FileNotFoundError, match="lacks graphs"):
-        OnnxBackend(fast.dir, fast.main.window, max_rows=5)
+        OnnxBackend(old, fast.main.window)
 
 
 def test_factory_reuses_a_matching_export_and_redoes_a_stale_one(fast, tmp_path):

@@ -8,6 +8,13 @@ causal forward unless the last forward already was a causal pass over exactly
 the final tokens (a fully accepted verification). The commit's last logit is
 the next block's carry. At the trajectory section the cache may fork into N
 rows that continue as one batch (multi-rollout).
+
+Everything is decided on the device: constrained softmax, argmax or sampling,
+acceptance, which positions close. The host reads one small tensor per
+iteration (`BlockContext.status`: open positions left, and whether the last
+causal forward saw the final tokens) and nothing else; block geometry comes
+from the layout, already on the host. The sampling generator lives on the
+device of the logits it samples.
 """
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from typing import Protocol
 
 import torch
 
+from ddrive_ros.decoding.layout_tensors import BlockTensors, layout_tensors
 from ddrive_ros.decoding.sampling import choose, constrained_probs
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.runtime.backend import Backend
@@ -35,8 +43,8 @@ class DecodeOptions:
 class BlockContext:
     """State of the block being decoded, over a fixed window (n rows x W positions)."""
 
-    def __init__(self, backend: Backend, layout: Layout, block: Block, x: torch.Tensor, carry: torch.Tensor,
-                 temperature: float, generator: torch.Generator, stats: DecodeStats):
+    def __init__(self, backend: Backend, layout: Layout, block: Block, masks: BlockTensors, x: torch.Tensor,
+                 carry: torch.Tensor, temperature: float, generator: torch.Generator, stats: DecodeStats):
         self.backend = backend
         self.mask_id = layout.tokenizer.mask_id
         self.block = block
@@ -45,13 +53,9 @@ class BlockContext:
         self.valid = block.length
         self.start = backend.prompt_len + block.start
         self.action = bool(layout.action[block.start])
-        dev = x.device
-        editable = torch.zeros(self.w, dtype=torch.bool, device=dev)
-        editable[: self.valid] = torch.as_tensor(layout.editable[block.start:block.end], device=dev)
-        self.allowed = torch.zeros(self.w, backend.vocab_size, dtype=torch.bool, device=dev)
-        self.allowed[: self.valid] = torch.as_tensor(layout.allowed[block.start:block.end], device=dev)
+        self.allowed = masks.allowed
         self.x = x
-        self.open = editable[None].expand(self.n, -1).clone()
+        self.open = masks.editable[None].expand(self.n, -1).clone()
         self.carry = carry
         self.temperature = temperature
         self.greedy = temperature <= 0
@@ -86,7 +90,6 @@ class BlockContext:
         where = where & self.open
         self.x = torch.where(where, tokens, self.x)
         self.open = self.open & ~where
-        self.stats.tokens_decided += int(where.sum())
 
     def fill_first(self) -> None:
         """Position 0 from the carried causal logit: exact, and no forward of its own."""
@@ -98,9 +101,17 @@ class BlockContext:
         first[:, 0] = True
         self.decide(first, tokens)
 
-    def finish(self) -> torch.Tensor:
+    def status(self) -> tuple[int, bool]:
+        """The iteration's one host sync: (open positions left over all rows, whether the cache's
+        causal K/V are stale, i.e. the tokens changed since the last causal forward or there was none)."""
+        if self._causal_x is None:
+            return int(self.open.sum()), True
+        left, stale = torch.stack([self.open.sum(), (self._causal_x != self.x).any().long()]).tolist()
+        return left, bool(stale)
+
+    def finish(self, stale: bool) -> torch.Tensor:
         """Commit the block unless the cache already holds its exact causal K/V; return the next carry."""
-        if self._causal_x is None or not torch.equal(self._causal_x, self.x):
+        if stale or self._causal_x is None:
             self.forward(bidirectional=False)
         return self._causal_last
 
@@ -120,15 +131,16 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     opt = options or DecodeOptions()
     stats = DecodeStats(decoder=strategy.name)
     t0 = time.perf_counter()
-    gen = torch.Generator(device="cpu").manual_seed(opt.seed)
     carry = backend.prefill(prompt)
     stats.stage_ms["prefill"] = (time.perf_counter() - t0) * 1000.0
     stats.forwards += 1
     stats.tokens_processed += prompt.shape[1]
     stats.forwards_per_section["prompt"] = 1
     device = carry.device
-    template = torch.as_tensor(layout.template_ids, device=device)
-    out = template[None].clone()
+    # sampling happens where the logits are: a CPU generator cannot drive multinomial on CUDA tensors
+    gen = torch.Generator(device=device).manual_seed(opt.seed)
+    masks = layout_tensors(layout, backend.window, backend.vocab_size, device)
+    out = masks.template[None].clone()
     w = backend.window
     names = layout.schema.section_names
     fork_at = layout.section_blocks(names.index("trajectory"))[0].index if "trajectory" in names else -1
@@ -140,20 +152,28 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
                 out = out.expand(opt.rollouts, -1).clone()
                 carry = carry.expand(opt.rollouts, -1).clone()
                 temperature = opt.rollout_temperature
+        bt = masks.blocks[block.index]
         x = torch.full((out.shape[0], w), layout.tokenizer.pad_id, dtype=out.dtype, device=device)
         x[:, : block.length] = out[:, block.start:block.end]
-        ctx = BlockContext(backend, layout, block, x, carry, temperature, gen, stats)
-        if bool(ctx.open[0, 0]):
+        ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)
+        rows = out.shape[0]
+        left = rows * bt.n_editable  # host bookkeeping from the layout: no sync
+        if bt.first_editable:
             ctx.fill_first()
+            left -= rows
+            stats.tokens_decided += rows
         strategy.begin_block(ctx)
-        guard = ctx.open.sum(1).max().item() + 1
-        while ctx.open.any():
-            before = int(ctx.open.sum())
+        stale = True
+        guard = bt.n_editable + 1
+        while left > 0:
             strategy.step(ctx)
+            now, stale = ctx.status()
             guard -= 1
-            if int(ctx.open.sum()) >= before or guard < 0:
+            if now >= left or guard < 0:
                 raise RuntimeError(f"{strategy.name} made no progress in block {block.index}")
-        carry = ctx.finish()
+            stats.tokens_decided += left - now
+            left = now
+        carry = ctx.finish(stale)
         out[:, block.start:block.end] = ctx.x[:, : block.length]
     stats.wall_ms = (time.perf_counter() - t0) * 1000.0
     stats.stage_ms["blocks"] = stats.wall_ms - stats.stage_ms["prefill"]

@@ -133,6 +133,8 @@ class S2D2:
         route = self._route(ctx, span, draft_probs, conf)
         rank = ranks_desc(conf, ctx.open)
         threshold = ctx.open & ((conf >= self.tau) | (rank < 1))
+        # whether to spend the verify forward is S2D2's routing decision: its iterations read the
+        # device twice (this and the loop's status), the other decoders once
         if bool(route.any()):
             span = span & route[:, None]
             proposal = torch.where(span, draft, ctx.x)

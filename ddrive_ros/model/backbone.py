@@ -1,23 +1,25 @@
 """Decoder-only transformer backbone: RMSNorm, rotary positions, SwiGLU, grouped-query attention.
 
 Two ways in, one set of layers:
-- `forward_cached`: a fixed-length window at tensor positions, reading and writing
-  the static KV cache in place. Key j is visible to query i iff j <= limit[i]:
-  limit = position (token-causal: prefill, AR, verify, commit) or the block's
-  last position (bidirectional draft inside the block on top of the prefix).
-  The mask is derived from positions, so no mask tensor travels.
+- `forward_cached`: a fixed-length window at positions start..start+W-1, writing
+  its K/V into the static cache in place and attending only to the live keys
+  [0, S): token-causal (prefill, AR, verify, commit; S = start + W) or
+  bidirectional inside the block on top of the prefix (draft; S = start + valid).
+  start, S and the mode are host integers from the block layout: shapes and
+  offsets say who sees whom, no mask tensor over the cache (see attention.py).
 - `forward_masked`: the whole sequence with an explicit boolean mask, no cache:
   training and the uncached reference the tests compare against.
 Trajectory (action) positions use the Action Expert FFN instead of the shared
 FFN, and the action head. `action` is a Python bool for a window that lies in
-one section (blocks never cross sections) or a per-position bool tensor.
+one section (blocks never cross sections): only the FFN and head that the step
+needs run. Training passes a per-position bool tensor.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ddrive_ros.model.attention import attend_live, attend_masked, lower_right_causal
 from ddrive_ros.model.config import BackboneConfig
 from ddrive_ros.model.kv_cache import KVCacheView
 from ddrive_ros.model.layers import RMSNorm, SwiGLU, apply_rope, rope_table
@@ -40,14 +42,12 @@ class Attention(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        rep = self.heads // self.kv_heads
-        if rep > 1:
-            b, h, t, d = k.shape
-            k = k[:, :, None].expand(b, h, rep, t, d).reshape(b, h * rep, t, d)
-            v = v[:, :, None].expand(b, h, rep, t, d).reshape(b, h * rep, t, d)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        b, h, t, d = out.shape
-        return self.o(out.transpose(1, 2).reshape(b, t, h * d))
+        """Explicit-mask attention (training, reference, traced graphs)."""
+        return self.out(attend_masked(q, k, v, mask))
+
+    def out(self, attn: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = attn.shape
+        return self.o(attn.transpose(1, 2).reshape(b, t, h * d))
 
 
 class Layer(nn.Module):
@@ -85,19 +85,28 @@ class Backbone(nn.Module):
             return (self.action_head if action else self.head)(h).float()
         return torch.where(action[..., None], self.action_head(h), self.head(h)).float()
 
-    def forward_cached(self, x: torch.Tensor, positions: torch.Tensor, limit: torch.Tensor,
-                       cache: KVCacheView, action: Action) -> torch.Tensor:
-        """x (B, W, D) embeddings at `positions` (W,); writes their K/V into the cache; returns logits (B, W, V)."""
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        keys = torch.arange(cache.k.shape[3], device=x.device)
-        mask = keys[None, :] <= limit[:, None]  # (W, T): token-causal or block-bidirectional
+    def forward_cached(self, x: torch.Tensor, start: int, live: int, causal: bool, cache: KVCacheView,
+                       action: bool, last_only: bool = False) -> torch.Tensor:
+        """x (B, W, D) embeddings at positions start..start+W-1; writes their K/V into the cache in place;
+        queries attend to the live keys [0, live) (causal: token-causal, live = start + W; else every live
+        key). Returns logits (B, W, V), or (B, 1, V) for the last position with `last_only`."""
+        w = x.shape[1]
+        end = start + w
+        if causal and live != end:
+            raise ValueError(f"a causal window at {start}..{end} attends to keys [0, {end}), got {live}")
+        if live > end or live <= start:
+            raise ValueError(f"live keys [0, {live}) must end inside the window {start}..{end}")
+        cos, sin = self.rope_cos[start:end], self.rope_sin[start:end]
+        pattern = lower_right_causal(w, live, x.device) if causal else None
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
-            cache.k[i].index_copy_(2, positions, k.to(cache.k.dtype))
-            cache.v[i].index_copy_(2, positions, v.to(cache.v.dtype))
-            x = x + layer.attn.attend(q, cache.k[i].to(q.dtype), cache.v[i].to(q.dtype), mask)
+            # the cache keeps its own dtype (bf16 on a GPU); the window is written where it lives
+            cache.k[i][:, :, start:end] = k
+            cache.v[i][:, :, start:end] = v
+            keys, values = cache.k[i][:, :, :live], cache.v[i][:, :, :live]
+            x = x + layer.attn.out(attend_live(q, keys.to(q.dtype), values.to(q.dtype), causal, pattern))
             x = layer.feed_forward(x, action)
-        return self.logits(x, action)
+        return self.logits(x[:, -1:] if last_only else x, action)
 
     def forward_masked(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                        action: Action) -> torch.Tensor:

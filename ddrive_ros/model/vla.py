@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddrive_ros.model.backbone import Action, Backbone
+from ddrive_ros.model.backbone import Backbone
 from ddrive_ros.model.config import ModelConfig
 from ddrive_ros.model.kv_cache import KVCache, KVCacheView
 from ddrive_ros.model.vision import EgoEncoder, VisionEncoder, ego_features
@@ -54,21 +54,19 @@ class DrivingVLA(nn.Module):
 
     def prefill(self, prompt: torch.Tensor, cache: KVCacheView) -> torch.Tensor:
         """Causal forward over the prompt; writes K/V [0, P); returns the last logit (B, V)."""
-        positions = torch.arange(prompt.shape[1], device=prompt.device)
-        return self.backbone.forward_cached(prompt, positions, positions, cache, False)[:, -1]
+        p = prompt.shape[1]
+        # logits are per position: only the last one needs the head
+        return self.backbone.forward_cached(prompt, 0, p, True, cache, False, last_only=True)[:, -1]
 
-    def step(self, tokens: torch.Tensor, start: torch.Tensor, valid: torch.Tensor, bidirectional: bool | torch.Tensor,
-             cache: KVCacheView, action: Action) -> torch.Tensor:
-        """One block forward: tokens (B, W) at absolute positions start..start+W-1 (start, valid: 0-dim
-        int tensors; the block's real length is `valid`). Writes the window's K/V; returns logits (B, W, V)."""
+    def step(self, tokens: torch.Tensor, start: int, valid: int, bidirectional: bool, cache: KVCacheView,
+             action: bool) -> torch.Tensor:
+        """One block forward: tokens (B, W) at absolute positions start..start+W-1, of which the first
+        `valid` are the block. Writes the window's K/V in place; returns logits (B, W, V).
+        Draft (bidirectional): the block sees the prefix and itself up to `valid`. Otherwise token-causal."""
         w = tokens.shape[1]
-        positions = start + torch.arange(w, device=tokens.device)
-        block_last = (start + valid - 1).expand(w)
-        if isinstance(bidirectional, bool):
-            limit = block_last if bidirectional else positions
-        else:
-            limit = torch.where(bidirectional, block_last, positions)
-        return self.backbone.forward_cached(self.backbone.embed(tokens), positions, limit, cache, action)
+        live = start + valid if bidirectional else start + w
+        return self.backbone.forward_cached(self.backbone.embed(tokens), int(start), int(live), not bidirectional,
+                                            cache, bool(action))
 
     # ------------------------------------------------------------------ uncached reference / training
     def forward_full(self, prompt: torch.Tensor, out_tokens: torch.Tensor, mask: torch.Tensor, action: torch.Tensor,

@@ -2,12 +2,12 @@
 
 Launch overhead is the second lever after the forward count: a 0.8B block step
 is a few hundred kernels of microseconds each. Every input lives in a static
-device buffer (tokens, start, valid, prompt, images); positions are tensors, so
-shapes never change and one graph serves every block. Graphs are captured
-lazily on first use, after one warm-up on a side stream, into one shared
-memory pool: prompt, prefill, and one step graph per (rows, bidirectional,
-action), because the attention mode and the action flag are Python bools that
-pick what gets computed (one FFN, not both).
+device buffer (tokens, prompt, images). Attention reads only the live keys of
+the cache, so a block's shapes depend on where it starts: one graph per
+(rows, block start, valid length, attention mode, action), a finite set fixed
+by the layout. `warmup` captures every one a plan will use before the first
+plan, so no plan pays a capture; anything not warmed up is captured on first
+use, after one warm-up on a side stream, into one shared memory pool.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from ddrive_ros.model.vla import DrivingVLA
-from ddrive_ros.runtime.torch_backend import images_to_input
+from ddrive_ros.runtime.torch_backend import images_to_input, pad_window
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,6 @@ class CudaGraphBackend:
         self.nav = torch.zeros(1, dtype=torch.long, device=dev)
         self.prompt_buf = torch.zeros(1, cfg.prompt_len, cfg.backbone.dim, dtype=dtype, device=dev)
         self.tokens = {n: torch.zeros(n, window, dtype=torch.long, device=dev) for n in sorted({1, max_rows})}
-        self.start = torch.zeros((), dtype=torch.long, device=dev)
-        self.valid = torch.zeros((), dtype=torch.long, device=dev)
         self.calls: dict[tuple, Callable[[], torch.Tensor]] = {}
         self.pool = None
 
@@ -121,15 +119,37 @@ class CudaGraphBackend:
         n = tokens.shape[0]
         buf = self._tokens_for(n)
         buf.copy_(tokens)
-        self.start.fill_(start)
-        self.valid.fill_(valid)
-        bidirectional, action = bool(bidirectional), bool(action)
+        start, valid, bidirectional, action = int(start), int(valid), bool(bidirectional), bool(action)
         view = self.cache.rows(n)
 
         def run() -> torch.Tensor:
-            return self.model.step(buf, self.start, self.valid, bidirectional, view, action).float()
+            # the graph is per (start, valid) anyway: the window's padding is never computed
+            return pad_window(self.model.step(buf[:, :valid], start, valid, bidirectional, view, action).float(),
+                              self.window)
 
-        return self._call(("step", n, bidirectional, action), run)
+        return self._call(("step", n, start, valid, bidirectional, action), run)
+
+    @torch.inference_mode()
+    def warmup(self, layout, rollouts: int = 1, modes: tuple[bool, ...] = (True, False)) -> int:
+        """Capture every step graph a plan over `layout` can use (rows 1 before the trajectory fork,
+        `rollouts` rows after it; `modes`: the attention modes the decoder uses). Returns the count.
+        The cache is scribbled on; every plan prefills it again."""
+        names = layout.schema.section_names
+        fork_at = layout.section_blocks(names.index("trajectory"))[0].index if "trajectory" in names else -1
+        captured = 0
+        rows = 1
+        for block in layout.blocks:
+            if block.index == fork_at:
+                rows = max(1, rollouts)
+            tokens = torch.as_tensor(layout.template_ids[block.start:block.start + self.window], device=self.device)
+            tokens = torch.nn.functional.pad(tokens, (0, self.window - tokens.shape[0]))[None].expand(rows, -1)
+            for bidirectional in modes:
+                key = ("step", rows, self.prompt_len + block.start, block.length, bidirectional,
+                       bool(layout.action[block.start]))
+                if key not in self.calls:
+                    self.step(tokens, key[2], key[3], bidirectional, key[5])
+                    captured += 1
+        return captured
 
     def fork(self, n: int, prefix_len: int) -> None:
         self.cache.fork(n, prefix_len)

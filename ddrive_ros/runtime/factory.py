@@ -25,16 +25,20 @@ def make_backend(name: str, model: DrivingVLA, window: int, max_rows: int = 1, d
     """Build a backend for blocks of `window` positions and up to `max_rows` rows.
 
     opts per backend:
+      torch:      compile (bool: torch.compile the block step)
       cuda_graph: graphs (bool)
-      onnx:       onnx_dir (export folder; exported there when missing or stale), providers, threads
+      onnx:       onnx_dir (export folder; exported there when missing or stale), providers, threads,
+                  int8 (bool: dynamically quantised step and prefill graphs)
       tensorrt:   onnx_dir, precision ('fp32'|'fp16'|'bf16', default from dtype), workspace (bytes),
                   build_only, cuda_graphs
     """
     if name == "torch":
         from ddrive_ros.runtime.torch_backend import TorchBackend
 
-        _no_opts(name, opts)
-        return TorchBackend(model, window, max_rows, device, dtype)
+        unknown = set(opts) - {"compile"}
+        if unknown:
+            raise ValueError(f"backend torch takes only the option 'compile', got {sorted(unknown)}")
+        return TorchBackend(model, window, max_rows, device, dtype, **opts)
     if name == "cuda_graph":
         from ddrive_ros.runtime.cuda_graph_backend import CudaGraphBackend
 
@@ -48,7 +52,11 @@ def make_backend(name: str, model: DrivingVLA, window: int, max_rows: int = 1, d
 
             import_tensorrt()
         onnx_dir = Path(opts.pop("onnx_dir", None) or default_onnx_dir(model))
-        ensure_exported(model, [window], onnx_dir, sorted({1, max_rows}))
+        # ONNX Runtime runs the live graphs (dynamic rows and lengths); TensorRT the static step graphs
+        if name == "onnx":
+            ensure_exported(model, [], onnx_dir, [])
+        else:
+            ensure_exported(model, [window], onnx_dir, sorted({1, max_rows}))
         if name == "onnx":
             from ddrive_ros.runtime.onnx_backend import OnnxBackend
 
@@ -59,7 +67,3 @@ def make_backend(name: str, model: DrivingVLA, window: int, max_rows: int = 1, d
         return TensorrtBackend(onnx_dir, window, max_rows, device=device, **opts)
     raise ValueError(f"unknown backend {name!r}; choose one of {list(BACKENDS)}")
 
-
-def _no_opts(name: str, opts: dict[str, Any]) -> None:
-    if opts:
-        raise ValueError(f"backend {name} takes no options, got {sorted(opts)}")

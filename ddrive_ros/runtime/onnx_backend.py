@@ -1,9 +1,12 @@
-"""ONNX Runtime backend: the exported static graphs behind the Backend interface.
+"""ONNX Runtime backend: the exported live step graphs behind the Backend interface.
 
-ONNX has no in-place writes, so this backend owns the K/V cache and writes each
-step's returned window K/V into it at [start, start + W). Every graph has a
-static row count; a batch of n rows runs on the smallest exported row count
->= n, padding rows when needed (see `SplitCache`).
+Each step runs the graph for its kind (draft or causal, shared or action
+section) on the block's own tokens and the cache prefix that exists, so no
+padding position, no absent key, no unused FFN or head is computed. ONNX has no
+in-place writes, so this backend owns the K/V cache and writes each step's
+returned window K/V into it at [start, start + valid). Row counts are dynamic
+axes; the cache keeps one contiguous store per row count (see `SplitCache`).
+`int8=True` runs dynamically quantised copies of the step and prefill graphs.
 """
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import numpy as np
 import torch
 
 from ddrive_ros.model.config import ModelConfig
-from ddrive_ros.runtime.onnx_export import read_manifest, step_graph_name
-from ddrive_ros.runtime.torch_backend import images_to_input
+from ddrive_ros.runtime.onnx_export import LIVE_GRAPHS, live_graph_name, read_manifest
+from ddrive_ros.runtime.torch_backend import images_to_input, pad_window
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +62,6 @@ class SplitCache:
         v[:, 1:n, :, :prefix_len] = v[:, :1, :, :prefix_len]
 
 
-def pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
-    """Repeat the last row up to `rows` (padding rows are computed and thrown away)."""
-    if x.shape[0] == rows:
-        return x
-    return np.concatenate([x, np.repeat(x[-1:], rows - x.shape[0], axis=0)], axis=0)
-
-
 def default_providers() -> list[str]:
     """CUDA when ONNX Runtime has it and a GPU is really there (onnxruntime-gpu lists it regardless), else CPU."""
     import onnxruntime as ort
@@ -80,7 +76,7 @@ class OnnxBackend:
     name = "onnx"
 
     def __init__(self, onnx_dir: str | Path, window: int, max_rows: int = 1, providers: Sequence[str] | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, int8: bool = False):
         import onnxruntime as ort
 
         self.dir = Path(onnx_dir)
@@ -94,11 +90,10 @@ class OnnxBackend:
         self.prompt_len = self.cfg.prompt_len
         self.vocab_size = self.cfg.vocab_size
         row_counts = sorted({1, max_rows})
-        missing = [g for g in ["vision", "prefill", *(step_graph_name(window, r) for r in row_counts)]
-                   if g not in manifest["graphs"]]
+        missing = [g for g in ["vision", "prefill", *LIVE_GRAPHS] if g not in manifest["graphs"]]
         if missing:
-            raise FileNotFoundError(f"ONNX export in {self.dir} lacks graphs {missing}; export with windows "
-                                    f"[{window}] and rows {row_counts}")
+            raise FileNotFoundError(f"ONNX export in {self.dir} lacks graphs {missing}; export it again with this "
+                                    f"version (export_checkpoint writes them)")
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if threads:
@@ -108,13 +103,19 @@ class OnnxBackend:
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.providers = list(providers) if providers else default_providers()
 
-        def session(graph: str) -> Any:
+        self.int8 = int8
+
+        def session(graph: str, quantise: bool = False) -> Any:
             path = self.dir / manifest["graphs"][graph]["file"]
+            if quantise:
+                from ddrive_ros.runtime.int8 import ensure_int8
+
+                path = ensure_int8(path, manifest["graphs"][graph]["sha256"])
             return ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
 
-        self.vision = session("vision")
-        self.prefill_session = session("prefill")
-        self.steps = {r: session(step_graph_name(window, r)) for r in row_counts}
+        self.vision = session("vision")  # convolutions and a few small layers: not worth quantising
+        self.prefill_session = session("prefill", int8)
+        self.steps = {name: session(name, int8) for name in LIVE_GRAPHS}
         bb = self.cfg.backbone
         shape = lambda r: (bb.layers, r, bb.kv_heads, self.cfg.cache_len(window), bb.head_dim)  # noqa: E731
         self.cache = SplitCache(row_counts, lambda r: (np.zeros(shape(r), np.float32), np.zeros(shape(r), np.float32)))
@@ -142,22 +143,18 @@ class OnnxBackend:
         return torch.from_numpy(logits)
 
     def step(self, tokens: torch.Tensor, start: int, valid: int, bidirectional: bool, action: bool) -> torch.Tensor:
-        n = tokens.shape[0]
-        k_cache, v_cache, rows = self.cache.use(n)
+        n, w = tokens.shape
+        k_cache, v_cache, _ = self.cache.use(n)
         feeds = {
-            "tokens": pad_rows(tokens.detach().cpu().long().numpy(), rows),
-            "k_cache": k_cache,
-            "v_cache": v_cache,
-            "start": np.array(start, np.int64),
-            "valid": np.array(valid, np.int64),
-            "bidirectional": np.array(bool(bidirectional)),
-            "action": np.array(bool(action)),
+            "tokens": tokens[:, :valid].detach().cpu().long().numpy(),
+            # only the keys that exist; one contiguous copy of the prefix (the cache's position axis is inner)
+            "k_prefix": np.ascontiguousarray(k_cache[:, :n, :, :start]),
+            "v_prefix": np.ascontiguousarray(v_cache[:, :n, :, :start]),
         }
-        logits, k, v = self.steps[rows].run(None, feeds)
-        w = k.shape[3]
-        k_cache[:, :n, :, start:start + w] = k[:, :n]
-        v_cache[:, :n, :, start:start + w] = v[:, :n]
-        return torch.from_numpy(logits[:n])
+        logits, k, v = self.steps[live_graph_name(not bidirectional, bool(action))].run(None, feeds)
+        k_cache[:, :n, :, start:start + valid] = k
+        v_cache[:, :n, :, start:start + valid] = v
+        return pad_window(torch.from_numpy(logits), w)
 
     def fork(self, n: int, prefix_len: int) -> None:
         self.cache.fork(n, prefix_len)

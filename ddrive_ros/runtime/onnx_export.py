@@ -1,4 +1,4 @@
-"""ONNX export of the driving VLA as three static-shape graphs.
+"""ONNX export of the driving VLA: vision, prefill, and the block step in two families.
 
 - vision.onnx:  images (1, 6, 3, H, W) float in [-1, 1], ego (1, F), bos (1,), nav (1,)
                 -> visual_tokens (1, N, D), prompt_embeds (1, P, D)
@@ -7,12 +7,24 @@
                 start, valid (int64 scalars), bidirectional, action (bool scalars)
                 -> logits (n, W, V), k_window, v_window (layers, n, kv_heads, W, head_dim)
 
-ONNX has no in-place writes, so the step graph is the functional twin of
-`Backbone.forward_cached`: the window's K/V are placed into the attended keys
-with a position mask (Gather + Where, no If/Loop/Scan) and handed back for the
-runtime to write into its own cache at [start, start + W). The graphs reuse the
-model's own modules, so there is one copy of the maths. Everything is float32;
-TensorRT lowers precision at build time.
+- live_{draft|causal}_{shared|action}.onnx (ONNX Runtime): tokens (n, valid) int64, k_prefix, v_prefix
+                (layers, n, kv_heads, start, head_dim) -> logits (n, valid, V), k_window, v_window
+                (layers, n, kv_heads, valid, head_dim); n, valid and start are dynamic axes.
+
+The static step graphs (TensorRT: one engine, one CUDA graph) are the functional
+twin of `Backbone.forward_cached` over the whole cache: the window's K/V are
+placed into the attended keys with a position mask (Gather + Where, no
+If/Loop/Scan), both FFNs and heads computed and selected by `action`.
+
+The live graphs are what a step needs and nothing more: one graph per kind of
+step (draft or causal verify/commit, shared or action section), so only one FFN
+and one head run; the runtime passes only the cache prefix that exists, its
+length is the block's start position, the token count is the block's length, so
+positions and the causal offset come from shapes and a draft has no mask at
+all. ONNX has no in-place writes: every step graph hands the window's K/V back
+for the runtime to write into its own cache at [start, start + W). The graphs
+reuse the model's own modules, so there is one copy of the maths. Everything is
+float32; TensorRT lowers precision at build time, `int8.py` quantises for ORT.
 """
 from __future__ import annotations
 
@@ -30,6 +42,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
+from ddrive_ros.model.attention import attend_masked
 from ddrive_ros.model.vla import DrivingVLA
 from ddrive_ros.observation import PAST_STEPS
 
@@ -48,10 +61,20 @@ PREFILL_INPUTS = ("prompt_embeds",)
 PREFILL_OUTPUTS = ("logits", "k_prompt", "v_prompt")
 STEP_INPUTS = ("tokens", "k_cache", "v_cache", "start", "valid", "bidirectional", "action")
 STEP_OUTPUTS = ("logits", "k_window", "v_window")
+LIVE_INPUTS = ("tokens", "k_prefix", "v_prefix")
+LIVE_AXES = {"tokens": {0: "rows", 1: "valid"}, "k_prefix": {1: "rows", 3: "start"}, "v_prefix": {1: "rows", 3: "start"},
+             "logits": {0: "rows", 1: "valid"}, "k_window": {1: "rows", 3: "valid"}, "v_window": {1: "rows", 3: "valid"}}
 
 
 def step_graph_name(window: int, rows: int) -> str:
     return f"step_w{window}_n{rows}"
+
+
+def live_graph_name(causal: bool, action: bool) -> str:
+    return f"live_{'causal' if causal else 'draft'}_{'action' if action else 'shared'}"
+
+
+LIVE_GRAPHS = tuple(live_graph_name(c, a) for c in (False, True) for a in (False, True))
 
 
 # ---------------------------------------------------------------------------- graph modules
@@ -127,6 +150,38 @@ class StepGraph(nn.Module):
         return bb.logits(x, action), torch.stack(ks), torch.stack(vs)
 
 
+class LiveStepGraph(nn.Module):
+    """One kind of block step over the live keys only: the cache prefix [0, start) and the block itself."""
+
+    def __init__(self, model: DrivingVLA, causal: bool, action: bool):
+        super().__init__()
+        self.backbone = model.backbone
+        self.causal = causal
+        self.action = action
+
+    def forward(self, tokens: torch.Tensor, k_prefix: torch.Tensor, v_prefix: torch.Tensor):
+        bb = self.backbone
+        w = tokens.shape[1]
+        start = k_prefix.shape[3]  # the prefix that exists ends where the block starts
+        offsets = torch.arange(w)
+        positions = start + offsets
+        cos, sin = bb.rope_cos[positions], bb.rope_sin[positions]
+        mask = None
+        if self.causal:  # lower-right causal over prefix + window, from shapes: query i sees keys <= start + i
+            mask = torch.arange(start + w)[None, :] <= positions[:, None]
+        x = bb.embed(tokens)
+        ks, vs = [], []
+        for i, layer in enumerate(bb.layers):
+            q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
+            keys = torch.cat([k_prefix[i].to(k.dtype), k], dim=2)
+            values = torch.cat([v_prefix[i].to(v.dtype), v], dim=2)
+            x = x + layer.attn.out(attend_masked(q, keys, values, mask))
+            x = layer.feed_forward(x, self.action)
+            ks.append(k)
+            vs.append(v)
+        return bb.logits(x, self.action), torch.stack(ks), torch.stack(vs)
+
+
 # ---------------------------------------------------------------------------- example inputs
 @dataclass(frozen=True)
 class GraphSpec:
@@ -135,6 +190,7 @@ class GraphSpec:
     inputs: tuple[torch.Tensor, ...]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    dynamic_axes: dict[str, dict[int, str]] | None = None
 
 
 def vision_inputs(model: DrivingVLA, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
@@ -163,10 +219,24 @@ def step_inputs(model: DrivingVLA, window: int, rows: int, generator: torch.Gene
             torch.tensor(start), torch.tensor(valid), torch.tensor(bidirectional), torch.tensor(action))
 
 
+def live_inputs(model: DrivingVLA, rows: int = 2, valid: int = 7, start: int | None = None,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+    """Example live-step inputs; the traced sizes are distinct so no axis is mistaken for another."""
+    cfg, bb = model.cfg, model.cfg.backbone
+    start = cfg.prompt_len + 5 if start is None else start
+    tokens = torch.randint(0, cfg.vocab_size, (rows, valid), generator=generator)
+    shape = (bb.layers, rows, bb.kv_heads, start, bb.head_dim)
+    return tokens, torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+
+
 def graph_specs(model: DrivingVLA, windows: Iterable[int], rows: Iterable[int]) -> list[GraphSpec]:
     gen = torch.Generator().manual_seed(0)
     specs = [GraphSpec("vision", VisionGraph(model), vision_inputs(model, gen), VISION_INPUTS, VISION_OUTPUTS),
              GraphSpec("prefill", PrefillGraph(model), prefill_inputs(model, gen), PREFILL_INPUTS, PREFILL_OUTPUTS)]
+    for causal in (False, True):
+        for action in (False, True):
+            specs.append(GraphSpec(live_graph_name(causal, action), LiveStepGraph(model, causal, action),
+                                   live_inputs(model, generator=gen), LIVE_INPUTS, STEP_OUTPUTS, LIVE_AXES))
     for w in sorted(set(windows)):
         for n in sorted(set(rows)):
             specs.append(GraphSpec(step_graph_name(w, n), StepGraph(model, w), step_inputs(model, w, n, gen),
@@ -239,7 +309,8 @@ def export_graph(spec: GraphSpec, path: Path, opset: int = OPSET) -> dict[str, A
             with torch.no_grad():
                 torch.onnx.export(spec.module, spec.inputs, str(Path(scratch) / "graph.onnx"), dynamo=False,
                                   opset_version=opset, input_names=list(spec.input_names),
-                                  output_names=list(spec.output_names), do_constant_folding=True)
+                                  output_names=list(spec.output_names), do_constant_folding=True,
+                                  dynamic_axes=spec.dynamic_axes)
         finally:
             torch.backends.mha.set_fastpath_enabled(fastpath)
         proto = onnx.load(str(Path(scratch) / "graph.onnx"))  # pulls any external weights into memory
@@ -269,8 +340,8 @@ def _progress(items: list, desc: str):
 
 def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | Path, rows: Sequence[int] = (1,),
                       opset: int = OPSET, progress: bool = True) -> dict[str, Any]:
-    """Write vision.onnx, prefill.onnx and one step_w{W}_n{n}.onnx per window and row count, plus
-    manifest.json (shapes, opset, IR version, sha256 per file, model config, weights fingerprint)."""
+    """Write vision.onnx, prefill.onnx, the four live step graphs (ONNX Runtime), one static
+    step_w{W}_n{n}.onnx per window and row count (TensorRT), plus manifest.json (shapes, opset, IR version, sha256 per file, model config, weights fingerprint)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for w in windows:
@@ -310,7 +381,7 @@ def manifest_covers(manifest: dict[str, Any] | None, model: DrivingVLA, windows:
         return False
     if fingerprint is not None and manifest.get("weights_sha256") != fingerprint:
         return False
-    needed = {"vision", "prefill"} | {step_graph_name(w, n) for w in windows for n in rows}
+    needed = {"vision", "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in windows for n in rows}
     return needed <= set(manifest.get("graphs", {}))
 
 

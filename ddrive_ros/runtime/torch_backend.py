@@ -11,11 +11,25 @@ def images_to_input(images: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (images.permute(0, 1, 4, 2, 3).to(dtype) / 127.5) - 1.0
 
 
+def pad_window(logits: torch.Tensor, window: int) -> torch.Tensor:
+    """Logits of a block's `valid` positions (n, valid, V), padded with zeros to the window (n, W, V).
+
+    Eager code needs no static shapes, so the padding positions of a short block are never
+    computed (blocks of 13..62 positions share a 62-position window); the decoders never read
+    logits past a block's end."""
+    n, valid, v = logits.shape
+    if valid == window:
+        return logits
+    return torch.cat([logits, logits.new_zeros(n, window - valid, v)], dim=1)
+
+
 class TorchBackend:
     name = "torch"
 
     def __init__(self, model: DrivingVLA, window: int, max_rows: int = 1, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, compile: bool = False):
+        """compile: run the block step through torch.compile (dynamic shapes: block lengths and live key
+        counts vary; the first plan pays the compilation)."""
         self.model = model.to(device=device, dtype=dtype).eval()
         self.device = torch.device(device)
         self.dtype = dtype
@@ -24,6 +38,8 @@ class TorchBackend:
         self.prompt_len = model.cfg.prompt_len
         self.window = window
         self.vocab_size = model.cfg.vocab_size
+        self.compiled = compile
+        self._step = torch.compile(self.model.step, dynamic=True) if compile else self.model.step
 
     @torch.inference_mode()
     def prompt(self, images, ego, bos, nav) -> torch.Tensor:
@@ -36,10 +52,10 @@ class TorchBackend:
 
     @torch.inference_mode()
     def step(self, tokens, start, valid, bidirectional, action) -> torch.Tensor:
-        n = tokens.shape[0]
-        start_t = torch.tensor(start, device=self.device)
-        valid_t = torch.tensor(valid, device=self.device)
-        return self.model.step(tokens.to(self.device), start_t, valid_t, bidirectional, self.cache.rows(n), action).float()
+        # start and valid stay host integers (layout facts): no scalar copies to the device per step
+        n, w = tokens.shape
+        return pad_window(self._step(tokens[:, :valid].to(self.device), start, valid, bidirectional,
+                                          self.cache.rows(n), action).float(), w)
 
     def fork(self, n: int, prefix_len: int) -> None:
         self.cache.fork(n, prefix_len)

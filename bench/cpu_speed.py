@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""CPU serving paths for the shipped tiny models, measured in one run.
+
+For `fast_ddrive_tiny` (the full four-section plan) with scaffold speculative decoding
+on each CPU path (torch eager, torch.compile, ONNX Runtime, ONNX Runtime int8) and the
+torch-eager AR baseline, and for `trajectory_only_tiny`: p50/p90 ms per plan
+(Planner.plan: preprocessing, vision, prefill, decode, postprocessing), forwards per
+plan, and each path's agreement with torch eager: token match rate over the editable
+positions and ADE@5s against the expert future (so the int8 quality cost is visible).
+
+Plans run round-robin (observation i on every path, then i+1) so that load from
+other processes on a shared machine spreads over all paths alike: compare the
+ratios, which are measured in the same run. Observations are synthetic-world
+samples (seed 10_000 + seed, never a training or evaluation seed) with their
+expert futures.
+
+    python bench/cpu_speed.py --plans 20 --threads 2 --json bench/results/cpu_speed.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from ddrive_ros import checkpoint as ckpt  # noqa: E402
+from ddrive_ros.evaluation.metrics import ade  # noqa: E402
+from ddrive_ros.planner import Planner, PlannerOptions  # noqa: E402
+from ddrive_ros.sim.sample import samples_from_world  # noqa: E402
+
+log = logging.getLogger("cpu_speed")
+
+PATHS = ("torch_eager", "torch_compiled", "onnxruntime", "onnxruntime_int8")
+TARGETS = {"full_plan_p50_ms": 80.0, "full_plan_x_ar": 4.0, "trajectory_only_p50_ms": 15.0}
+
+
+@dataclass
+class Run:
+    """One (model, decoder, path) planner and what it measured."""
+
+    model: str
+    decoder: str
+    path: str
+    planner: Planner
+    setup_s: float = 0.0
+    first_plan_s: float = 0.0
+    ms: list[float] = field(default_factory=list)
+    forwards: list[int] = field(default_factory=list)
+    ids: list[np.ndarray] = field(default_factory=list)
+    ade: list[float] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.decoder} {self.path}"
+
+
+def backend_for(path: str, threads: int, onnx_dir: Path) -> tuple[str, dict[str, Any]]:
+    if path == "torch_eager":
+        return "torch", {}
+    if path == "torch_compiled":
+        return "torch", {"compile": True}
+    if path == "onnxruntime":
+        return "onnx", {"threads": threads, "onnx_dir": str(onnx_dir)}
+    if path == "onnxruntime_int8":
+        return "onnx", {"threads": threads, "onnx_dir": str(onnx_dir), "int8": True}
+    raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
+
+
+def make_run(model: str, decoder: str, path: str, threads: int, export_root: Path, first_obs) -> Run:
+    bundle = ckpt.load(model)
+    backend, options = backend_for(path, threads, export_root / model)
+    t0 = time.perf_counter()
+    planner = Planner(bundle, PlannerOptions(backend=backend, decoder=decoder, backend_options=options))
+    run = Run(model, decoder, path, planner, setup_s=time.perf_counter() - t0)
+    # the decoded ids are what token agreement compares; Planner hands them to _postprocess only
+    postprocess = planner._postprocess
+
+    def keep_ids(ids: np.ndarray, obs):
+        run.ids.append(ids[0].copy())
+        return postprocess(ids, obs)
+
+    planner._postprocess = keep_ids
+    t0 = time.perf_counter()
+    planner.plan(first_obs)  # warm-up: compilation, ORT session warm-up, allocator
+    run.first_plan_s = time.perf_counter() - t0
+    run.ids.clear()
+    return run
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def summarise(runs: list[Run], layouts: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    ar = next((r for r in runs if r.model == "fast_ddrive_tiny" and r.decoder == "ar"), None)
+    rows = []
+    for r in runs:
+        ref = next(x for x in runs if x.model == r.model and x.decoder == "speculative" and x.path == "torch_eager")
+        editable = layouts[r.model]
+        match = [float((a[editable] == b[editable]).mean()) for a, b in zip(r.ids, ref.ids)]
+        p50 = percentile(r.ms, 50)
+        row = {"model": r.model, "decoder": r.decoder, "path": r.path, "plans": len(r.ms),
+               "p50_ms": round(p50, 1), "p90_ms": round(percentile(r.ms, 90), 1),
+               "forwards_per_plan": round(float(np.mean(r.forwards)), 1),
+               "token_match_vs_eager_speculative": round(float(np.mean(match)), 4),
+               "ade_5s_m": round(float(np.mean(r.ade)), 3),
+               "ade_diff_vs_eager_m": round(float(np.mean(r.ade) - np.mean(ref.ade)), 3),
+               "setup_s": round(r.setup_s, 1), "first_plan_s": round(r.first_plan_s, 2)}
+        if ar is not None and r.model == ar.model:
+            row["x_faster_than_eager_ar"] = round(percentile(ar.ms, 50) / p50, 2)
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = "| model | decoder | path | p50 ms | p90 ms | x eager AR | fwd/plan | token match | ADE@5s | dADE | first plan s |"
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['decoder']} | {r['path']} | {r['p50_ms']} | {r['p90_ms']} | "
+                   f"{r.get('x_faster_than_eager_ar', '')} | {r['forwards_per_plan']} | "
+                   f"{r['token_match_vs_eager_speculative']} | {r['ade_5s_m']} | {r['ade_diff_vs_eager_m']:+} | "
+                   f"{r['first_plan_s']} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plans", type=int, default=20, help="observations planned on every path (after one warm-up)")
+    ap.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime intra-op threads")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list from {','.join(PATHS)}")
+    ap.add_argument("--trajectory-paths", default="torch_eager,onnxruntime,onnxruntime_int8",
+                    help="paths for trajectory_only_tiny (empty: skip it)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--export-dir", default=None, help="ONNX export folder (default: a temporary one)")
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
+
+    samples = []
+    for sample in samples_from_world(seed=10_000 + args.seed, n_episodes=args.plans // 4 + 2, progress=False):
+        samples.append(sample)
+        if len(samples) == args.plans + 1:
+            break
+    if len(samples) < args.plans + 1:
+        raise SystemExit(f"the synthetic world gave {len(samples)} samples, {args.plans + 1} needed")
+    warm, samples = samples[0], samples[1:]
+
+    plan_for = [("fast_ddrive_tiny", "ar", "torch_eager")]
+    plan_for += [("fast_ddrive_tiny", "speculative", p) for p in args.paths.split(",") if p]
+    plan_for += [("trajectory_only_tiny", "speculative", p) for p in args.trajectory_paths.split(",") if p]
+    if ("trajectory_only_tiny", "speculative", "torch_eager") not in plan_for and any(
+            m == "trajectory_only_tiny" for m, _, _ in plan_for):
+        plan_for.append(("trajectory_only_tiny", "speculative", "torch_eager"))  # the agreement reference
+    if ("fast_ddrive_tiny", "speculative", "torch_eager") not in plan_for:
+        plan_for.append(("fast_ddrive_tiny", "speculative", "torch_eager"))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        export_root = Path(args.export_dir or scratch)
+        runs = [make_run(m, d, p, args.threads, export_root, warm.observation)
+                for m, d, p in tqdm(plan_for, desc="set-up + warm-up", unit="path")]
+        layouts = {r.model: r.planner.layout.editable for r in runs}
+        for sample in tqdm(samples, desc="plans (round-robin over paths)", unit="obs"):
+            for r in runs:
+                t0 = time.perf_counter()
+                plan = r.planner.plan(sample.observation)
+                r.ms.append((time.perf_counter() - t0) * 1e3)
+                r.forwards.append(plan.stats.forwards)
+                horizon = min(len(sample.future_xy), len(plan.trajectory))
+                r.ade.append(ade(plan.trajectory[:horizon, 1:3], sample.future_xy[:horizon]))
+        rows = summarise(runs, layouts)
+
+    full = [r for r in rows if r["model"] == "fast_ddrive_tiny" and r["decoder"] == "speculative"]
+    best = min(full, key=lambda r: r["p50_ms"])
+    traj = [r for r in rows if r["model"] == "trajectory_only_tiny"]
+    best_traj = min(traj, key=lambda r: r["p50_ms"]) if traj else None
+    verdict = {
+        "fastest_full_plan_path": best["path"], "full_plan_p50_ms": best["p50_ms"],
+        "full_plan_x_eager_ar": best.get("x_faster_than_eager_ar"),
+        "full_plan_p50_target_met": best["p50_ms"] <= TARGETS["full_plan_p50_ms"],
+        "full_plan_x_ar_target_met": (best.get("x_faster_than_eager_ar") or 0) >= TARGETS["full_plan_x_ar"],
+    }
+    if best_traj:
+        verdict.update(fastest_trajectory_only_path=best_traj["path"], trajectory_only_p50_ms=best_traj["p50_ms"],
+                       trajectory_only_target_met=best_traj["p50_ms"] <= TARGETS["trajectory_only_p50_ms"])
+    result = {
+        "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {"cpu_count": os.cpu_count(), "threads": args.threads, "platform": platform.platform(),
+                    "shared": True, "note": "development machine shared with other sessions; compare ratios within "
+                                            "this run, absolute ms are inflated by their load",
+                    "loadavg_before": [round(x, 2) for x in load_before],
+                    "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "torch": torch.__version__, "targets": TARGETS, "verdict": verdict, "rows": rows,
+    }
+    print(table(rows))
+    print(json.dumps(verdict, indent=2))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
