@@ -36,25 +36,34 @@ def _episode(seed: int, duration_s: float) -> Episode:
     return Episode(seed, duration_s)
 
 
+def source_episode(sample: Sample, duration_s: float = EPISODE_DURATION_S) -> Episode | None:
+    """The episode a world sample came from, simulated again, or None when the sample is not a world
+    sample or the re-simulated episode does not give its future (another duration, a hand-built scene):
+    an episode's scenario depends on its duration (walkers, braking events), so check before scoring."""
+    if sample.source != "world" or sample.episode_seed < 0:
+        return None
+    ep = _episode(int(sample.episode_seed), float(duration_s))
+    k0 = int(round(sample.t0 / SIM_DT))
+    steps = k0 + np.round(np.asarray(sample.future_times) / SIM_DT).astype(int)
+    if k0 + int(round(HORIZON_S / SIM_DT)) >= ep.n_steps or steps[-1] >= ep.n_steps:
+        return None
+    pose_xy, yaw = ep.ego_xy[k0], float(ep.ego_yaw[k0])
+    if not np.allclose(world_to_ego(ep.ego_xy[steps], pose_xy, yaw), sample.future_xy, atol=1e-6):
+        return None
+    return ep
+
+
 def open_loop_pdm(plan_xy: np.ndarray, times: np.ndarray, sample: Sample,
                   duration_s: float = EPISODE_DURATION_S) -> EpisodeScore:
     """Track one plan ((K, 2) ego-frame positions at `times` after the sample's t0) for HORIZON_S."""
-    if sample.source != "world" or sample.episode_seed < 0:
-        raise ValueError(f"open-loop PDM needs a world sample (episode seed and t0); got source={sample.source!r}, "
-                         f"episode_seed={sample.episode_seed}")
-    ep = _episode(int(sample.episode_seed), float(duration_s))
-    k0 = ep.step_at(round(sample.t0 / SIM_DT) * SIM_DT)
+    ep = source_episode(sample, duration_s)
+    if ep is None:
+        raise ValueError(f"open-loop PDM needs the world episode of the sample (source={sample.source!r}, episode "
+                         f"{sample.episode_seed}, t0={sample.t0}): not a world sample, or re-simulating it for "
+                         f"{duration_s} s does not give its future (pass the duration its samples were made with)")
+    k0 = int(round(sample.t0 / SIM_DT))
     n = int(round(HORIZON_S / SIM_DT))
-    if k0 + n >= ep.n_steps:
-        raise ValueError(f"sample t0={sample.t0} of episode {sample.episode_seed} has less than {HORIZON_S} s of future")
     pose = (float(ep.ego_xy[k0, 0]), float(ep.ego_xy[k0, 1]), float(ep.ego_yaw[k0]))
-    # an episode's scenario depends on its duration (walkers, braking events): make sure this is the
-    # episode the sample came from before scoring against its agents
-    steps = k0 + np.round(np.asarray(sample.future_times) / SIM_DT).astype(int)
-    if steps[-1] < ep.n_steps and not np.allclose(world_to_ego(ep.ego_xy[steps], pose[:2], pose[2]), sample.future_xy,
-                                                  atol=1e-6):
-        raise ValueError(f"sample (episode {sample.episode_seed}, t0={sample.t0}) does not match the episode "
-                         f"re-simulated for {duration_s} s: pass the duration its samples were made with")
     v0 = float(sample.observation.speed)
     traj = np.column_stack([np.asarray(times, float), np.asarray(plan_xy, float)[:, :2]])
     plan = WorldPlan.from_ego_trajectory(traj, 0.0, pose, v0)
@@ -83,11 +92,12 @@ def open_loop_pdm(plan_xy: np.ndarray, times: np.ndarray, sample: Sample,
 
 def pdm_summary(preds: list[np.ndarray], times: np.ndarray, samples: list[Sample]) -> dict[str, float]:
     """Means of PDMS and its parts over samples (an eval row's `pdms`, `nc`, `dac`, `ep`, `ttc`,
-    `comfort`). Bag samples (no map, no agents) are counted and left out, and the count is logged."""
-    scores = [open_loop_pdm(p, times, s) for p, s in zip(preds, samples) if s.source == "world"]
+    `comfort`). Samples without a reproducible world episode are left out, and their count is logged."""
+    scores = [open_loop_pdm(p, times, s) for p, s in zip(preds, samples) if source_episode(s) is not None]
     skipped = len(samples) - len(scores)
     if skipped:
-        log.warning("open-loop PDM: %d of %d samples are not world samples (no map): left out", skipped, len(samples))
+        log.warning("open-loop PDM: %d of %d samples have no reproducible world episode (bag samples, hand-built "
+                    "scenes, other durations): left out of pdms", skipped, len(samples))
     if not scores:
         return {}
     return {k: float(np.mean([getattr(sc, k) for sc in scores])) for k in PARTS}
