@@ -73,7 +73,8 @@ PARAMETERS: dict[str, Spec] = {
                          "with the odometry pose at the input stamp", read_only=True, choices=("ego", "odom")),
     "ego_frame_id": Spec("base_link", P.PARAMETER_STRING, "frame_id of ego-frame outputs", read_only=True),
     # ---- timing (run time)
-    "planning_rate_hz": Spec(5.0, P.PARAMETER_DOUBLE, "planning timer rate", range=(0.1, 100.0)),
+    "planning_rate_hz": Spec(5.0, P.PARAMETER_DOUBLE, "planning timer rate (up to 1 kHz: with use_sim_time the closed-loop "
+                             "bridge runs the timer on every /clock step)", range=(0.1, 1000.0)),
     "diagnostics_rate_hz": Spec(2.0, P.PARAMETER_DOUBLE, "diagnostics publishing rate", range=(0.1, 50.0)),
     "sync_tolerance_s": Spec(0.05, P.PARAMETER_DOUBLE, "max stamp difference between a side camera and the front",
                              range=(0.0, 0.5)),

@@ -33,7 +33,9 @@ import numpy as np
 
 from ddrive_ros.observation import CAMERAS
 from ddrive_ros.plan import MetaBehavior, Plan
+from ddrive_ros.bags import topics as T
 from ddrive_ros.ros import convert
+from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
 from ddrive_ros.timeline import FRAME_HISTORY_S
 from ddrive_ros.trajectory import yaw_to_quaternion
@@ -75,7 +77,9 @@ class NodeBridge:
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
                   "num_threads": opts.num_threads}
-        self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path))
+        # the node's ~/input/* onto the topics this bridge publishes (the package's bag topics)
+        self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path), remaps=I.bag_remaps(False))
+        self.plan_topic = I.resolve(I.OUTPUT_PLAN)
         log.info("started planner node pid %d on ROS_DOMAIN_ID %d (%s, N=%d)", self.node_proc.pid, self.domain,
                  opts.decoder, opts.rollouts)
         self._msgs = {"Image": Image, "Odometry": Odometry, "String": String, "Clock": Clock}
@@ -86,13 +90,13 @@ class NodeBridge:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         reliable = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=50)
-        self.pub_cam = {c: self.node.create_publisher(Image, f"/camera/{c}/image_raw", reliable) for c in CAMERAS}
-        self.pub_odom = self.node.create_publisher(Odometry, "/odom", reliable)
-        self.pub_nav = self.node.create_publisher(String, "/navigation/command", reliable)
+        self.pub_cam = {c: self.node.create_publisher(Image, T.image_topic(c), reliable) for c in CAMERAS}
+        self.pub_odom = self.node.create_publisher(Odometry, T.TOPIC_ODOM, reliable)
+        self.pub_nav = self.node.create_publisher(String, T.TOPIC_NAV, reliable)
         self.pub_clock = self.node.create_publisher(Clock, "/clock", reliable)
         self._cv = threading.Condition()
         self._plans: dict[int, dict] = {}  # input stamp (ns) -> plan JSON
-        self.node.create_subscription(String, "/ddrive/plan", self._on_plan, reliable)
+        self.node.create_subscription(String, self.plan_topic, self._on_plan, reliable)
         self._spin = threading.Thread(target=self.executor.spin, daemon=True)
         self._spin.start()
         self.offset = START_S - EPISODE_GAP_S
@@ -124,7 +128,7 @@ class NodeBridge:
             if not self.node_proc.alive():
                 raise RuntimeError(f"planner node exited with {self.node_proc.proc.returncode}:\n{self.node_proc.tail()}")
             ready_in = all(p.get_subscription_count() > 0 for p in (*self.pub_cam.values(), self.pub_odom))
-            ready_out = self.node.count_publishers("/ddrive/plan") > 0
+            ready_out = self.node.count_publishers(self.plan_topic) > 0
             if ready_in and ready_out:
                 break
             if time.monotonic() - t0 > self.opts.start_timeout_s:
@@ -233,7 +237,7 @@ def _ns(t: float) -> int:
 def plan_from_json(doc: dict, offset: float = 0.0) -> Plan:
     """The node's /ddrive/plan JSON back into a Plan (trajectory, rollouts, meta), stamp minus offset."""
     if "trajectory" not in doc:
-        raise ValueError(f"/ddrive/plan message without a trajectory (keys {sorted(doc)})")
+        raise ValueError(f"plan message without a trajectory (keys {sorted(doc)})")
     traj = np.array([[r["t"], r["x"], r["y"], r["yaw"], r["v"]] for r in doc["trajectory"]], dtype=float)
     wps = doc.get("waypoints", [])
     meta = doc.get("future_meta_behavior")
