@@ -20,8 +20,8 @@ def run(args: argparse.Namespace) -> int:
     bs = args.block_size or schema.default_block_size
     rows = schema.summary(bs)
     if args.json:
-        print_json({"schema": schema.name, "block_size": bs,
-                    "sections": [{k: r[k] for k in ("name", "editable", "scaffold", "blocks")} for r in rows]})
+        print(json.dumps({"schema": schema.name, "block_size": bs,
+                          "sections": [{k: r[k] for k in ("name", "editable", "scaffold", "blocks")} for r in rows]}))
         return 0
     print(f"schema {schema.name}, block size {bs}")
     print(f"{'section':<22}{'editable':>9}{'scaffold':>9}{'blocks':>7}{'weight':>8}  noise Beta(a,b)")
