@@ -23,7 +23,7 @@ $(STAMP): requirements.txt setup.py setup.cfg package.xml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation --config-settings editable_mode=compat -e .
 	# Debian's colcon for the install test (test/test_colcon_install.py); skipped when present or not root
 	if ! command -v colcon >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q colcon python3-colcon-ros python3-colcon-python-setup-py; fi
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q colcon python3-colcon-ros python3-colcon-python-setup-py; fi
 	touch $(STAMP)
 
 test: setup
