@@ -28,6 +28,7 @@ import torch
 from ddrive_ros.decoding.layout_tensors import BlockTensors, layout_tensors
 from ddrive_ros.decoding.sampling import choose, constrained_probs
 from ddrive_ros.plan import DecodeStats
+from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.runtime.backend import Backend
 from ddrive_ros.scaffold.layout import Block, Layout
 
@@ -36,7 +37,7 @@ from ddrive_ros.scaffold.layout import Block, Layout
 class DecodeOptions:
     temperature: float = 0.0  # 0 = greedy for the shared sections
     rollouts: int = 1  # trajectory rollouts forked from the shared prefix
-    rollout_temperature: float = 0.7
+    rollout_temperature: float = PlannerOptions.rollout_temperature  # the one default
     seed: int = 0
 
 
