@@ -12,7 +12,7 @@ from ddrive_ros.decoding.strategies import make_strategy
 from ddrive_ros.runtime.factory import make_backend
 from ddrive_ros.scaffold.layout import Layout
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.usefixtures("one_thread")]
 
 
 def inputs(bundle):

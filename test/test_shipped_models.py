@@ -65,6 +65,7 @@ def test_shipped_model_beats_constant_velocity_on_held_out_episodes(name):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("name", SHIPPED)
 def test_acceptance_on_200_held_out_episodes(name):
     from ddrive_ros.evaluation.evaluate import evaluate

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.spun_node import SpunNode
 
 
 def start_feed(domain: int, log_path: Path, env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen:
@@ -35,15 +36,11 @@ class Listener:
     """Records the planner's plans and diagnostics (with wall receive times) and calls its services."""
 
     def __init__(self, domain: int, node_name: str = I.NODE_NAME):
-        import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
-        from rclpy.executors import SingleThreadedExecutor
         from std_msgs.msg import String
 
-        self.rclpy = rclpy
-        self.ctx = rclpy.Context()
-        rclpy.init(args=[], context=self.ctx, domain_id=domain)
-        self.node = rclpy.create_node("ddrive_test_listener", context=self.ctx)
+        self._spun = SpunNode("ddrive_test_listener", domain)
+        self.node = self._spun.node
         self.node_name = node_name
         self.lock = threading.Lock()
         self.plans: list[tuple[float, dict]] = []
@@ -58,10 +55,7 @@ class Listener:
         self.processing_ms: list[tuple[float, float]] = []  # receive time, ~/debug/processing_time_ms
         self.node.create_subscription(Float64, I.resolve(I.DEBUG_PROCESSING_MS, node_name), self._on_processing, 50)
         self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diag, 50)
-        self.executor = SingleThreadedExecutor(context=self.ctx)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
+        self._spun.start()
 
     def _on_plan(self, msg) -> None:
         with self.lock:
@@ -126,6 +120,4 @@ class Listener:
         return self.call("get_parameters", GetParameters, GetParameters.Request(names=list(names))).values
 
     def close(self) -> None:
-        self.executor.shutdown(timeout_sec=1.0)
-        self.node.destroy_node()
-        self.rclpy.try_shutdown(context=self.ctx)
+        self._spun.close()

@@ -36,6 +36,7 @@ from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.convert import msg_class
 from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
+from ddrive_ros.ros.spun_node import SpunNode
 from ddrive_ros.ros.replay_frames import write_frames
 
 log = logging.getLogger(__name__)
@@ -89,17 +90,11 @@ class _Session:
     sim time at which they were received)."""
 
     def __init__(self, domain: int, topics: dict[str, str], outputs: dict[str, str]):
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
 
-        self.rclpy = rclpy
-        self.context = rclpy.Context()
-        rclpy.init(args=[], context=self.context, domain_id=domain)
-        self.node = rclpy.create_node("ddrive_replay", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        self._spun = SpunNode("ddrive_replay", domain)
+        self.node = self._spun.node
         reliable = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=100)
         self.recorded: list[tuple[str, str, int, bytes]] = []
         self._lock = threading.Lock()
@@ -112,7 +107,7 @@ class _Session:
         self.clock = Clock()
         self._clock_origin: tuple[float, int, float] | None = None  # (monotonic, sim ns, rate)
         self._stop = threading.Event()
-        threading.Thread(target=self.executor.spin, daemon=True).start()
+        self._spun.start()
 
     def _recorder(self, topic: str, mtype: str):
         def cb(data: bytes) -> None:
@@ -150,9 +145,7 @@ class _Session:
 
     def close(self) -> None:
         self._stop.set()
-        self.executor.shutdown(timeout_sec=1.0)
-        self.node.destroy_node()
-        self.rclpy.try_shutdown(context=self.context)
+        self._spun.close()
 
 
 def _wait_for_node(session: _Session, node_proc: NodeProcess | None, timeout_s: float) -> float:

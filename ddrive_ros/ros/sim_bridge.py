@@ -37,6 +37,7 @@ from ddrive_ros.bags import topics as T
 from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
+from ddrive_ros.ros.spun_node import SpunNode
 from ddrive_ros.timeline import FRAME_HISTORY_S
 from ddrive_ros.trajectory import yaw_to_quaternion
 
@@ -64,9 +65,7 @@ class NodeBridgeOptions:
 
 class NodeBridge:
     def __init__(self, opts: NodeBridgeOptions) -> None:
-        import rclpy
         from nav_msgs.msg import Odometry
-        from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import Image
@@ -83,12 +82,8 @@ class NodeBridge:
         log.info("started planner node pid %d on ROS_DOMAIN_ID %d (%s, N=%d)", self.node_proc.pid, self.domain,
                  opts.decoder, opts.rollouts)
         self._msgs = {"Image": Image, "Odometry": Odometry, "String": String, "Clock": Clock}
-        self.rclpy = rclpy
-        self.context = rclpy.Context()
-        rclpy.init(args=[], context=self.context, domain_id=self.domain)
-        self.node = rclpy.create_node("ddrive_sim_bridge", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        self._spun = SpunNode("ddrive_sim_bridge", self.domain)
+        self.node = self._spun.node
         reliable = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=50)
         self.pub_cam = {c: self.node.create_publisher(Image, T.image_topic(c), reliable) for c in CAMERAS}
         self.pub_odom = self.node.create_publisher(Odometry, T.TOPIC_ODOM, reliable)
@@ -97,8 +92,7 @@ class NodeBridge:
         self._cv = threading.Condition()
         self._plans: dict[int, dict] = {}  # input stamp (ns) -> plan JSON
         self.node.create_subscription(String, self.plan_topic, self._on_plan, reliable)
-        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
-        self._spin.start()
+        self._spun.start()
         self.offset = START_S - EPISODE_GAP_S
         self.episode_start = 0.0
         self.last_t = 0.0
@@ -222,9 +216,7 @@ class NodeBridge:
 
     def close(self) -> None:
         try:
-            self.executor.shutdown(timeout_sec=1.0)
-            self.node.destroy_node()
-            self.rclpy.try_shutdown(context=self.context)
+            self._spun.close()
         finally:
             code = self.node_proc.stop()
             log.info("planner node exited with %s (clock nudges: %d)", code, self.nudges)
