@@ -42,15 +42,36 @@ def shipped_available(name: str = DEFAULT_CHECKPOINT) -> bool:
 _DEFAULT = PlannerOptions()
 
 
+def backend_options_for(backend: str, num_threads: int = 0, int8: bool = False, compile: bool = False) -> dict[str, Any]:
+    """The node's parameters as the runtime factory's backend options; a switch the backend does
+    not have is refused, naming the parameter."""
+    if int8 and backend != "onnx":
+        raise ValueError(f"int8 needs backend onnx (ONNX Runtime's dynamic quantisation), got backend {backend!r}")
+    if compile and backend != "torch":
+        raise ValueError(f"compile needs backend torch (torch.compile), got backend {backend!r}")
+    options: dict[str, Any] = {}
+    if backend == "onnx":
+        if num_threads > 0:
+            options["threads"] = int(num_threads)
+        if int8:
+            options["int8"] = True
+    if compile:
+        options["compile"] = True
+    return options
+
+
 def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str = _DEFAULT.decoder, tau: float = 0.9,
                  steps: int = 0, rollouts: int = _DEFAULT.rollouts,
                  rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
-                 seed: int = _DEFAULT.seed, num_threads: int = 0) -> tuple[Planner, dict[str, Any]]:
+                 seed: int = _DEFAULT.seed, num_threads: int = 0, int8: bool = False,
+                 compile: bool = False) -> tuple[Planner, dict[str, Any]]:
     """`num_threads` > 0 pins ONNX Runtime's intra-op threads too (without spinning): by default ORT
-    takes every core and spins between runs, starving the node's executor thread on a small CPU."""
+    takes every core and spins between runs, starving the node's executor thread on a small CPU.
+    `int8`: dynamically quantised graphs (backend onnx); `compile`: torch.compile the block step
+    (backend torch)."""
     from ddrive_ros import checkpoint as ckpt
 
-    backend_options = {"threads": int(num_threads)} if backend == "onnx" and num_threads > 0 else {}
+    backend_options = backend_options_for(backend, num_threads, int8, compile)
     opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps),
                           rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
                           device=device, seed=int(seed), backend_options=backend_options)
@@ -64,5 +85,5 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
         bundle = ckpt.load(checkpoint or None, device=device)
         info = {"checkpoint": str(bundle.path or checkpoint), "random_weights": bool(bundle.meta.get("random_weights")),
                 "schema": bundle.schema.name}
-    info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts)
+    info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts, **backend_options)
     return Planner(bundle, opts), info

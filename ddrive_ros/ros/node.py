@@ -38,7 +38,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
@@ -66,6 +66,13 @@ def sensor_qos(depth: int) -> QoSProfile:
 
 def reliable_qos(depth: int = 10) -> QoSProfile:
     return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=depth)
+
+
+def navigation_qos(durability: str) -> QoSProfile:
+    """Reliable, depth 1 (only the newest command matters); volatile or transient_local."""
+    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=1,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL if durability == "transient_local"
+                      else DurabilityPolicy.VOLATILE)
 
 
 def _kv(values: dict[str, Any]) -> list[KeyValue]:
@@ -100,6 +107,11 @@ class PlannerCore:
 
     def _load(self) -> None:
         p = self._p
+        # navigation first: a command published while the model loads waits in the reader's queue
+        # (processed once the executor spins, after the sync exists)
+        self.topics: dict[str, str] = {"navigation": self.resolve_topic_name(I.INPUT_NAVIGATION)}
+        self._nav_sub = self.create_subscription(String, I.INPUT_NAVIGATION, self._on_nav,
+                                                 navigation_qos(p("navigation_durability")))
         if p("num_threads") > 0:
             import torch
 
@@ -109,7 +121,7 @@ class PlannerCore:
         t = time.perf_counter()
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
-            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"))
+            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"))
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
         if self.model_info.get("random_weights"):
@@ -181,17 +193,14 @@ class PlannerCore:
         """Subscriptions and timers (after the model is ready: a matched subscriber means a ready node)."""
         p = self._p
         msg_type = CompressedImage if self.compressed else Image
-        self.topics: dict[str, str] = {}
         for cam in CAMERAS:
             name = I.camera_input(cam, self.compressed)
             self.topics[f"camera/{cam}"] = self.resolve_topic_name(name)
             self._planner_subs.append(self.create_subscription(
                 msg_type, name, functools.partial(self._on_image, cam), sensor_qos(p("camera_qos_depth"))))
         self.topics["odometry"] = self.resolve_topic_name(I.INPUT_ODOMETRY)
-        self.topics["navigation"] = self.resolve_topic_name(I.INPUT_NAVIGATION)
         # best effort matches reliable and best-effort publishers alike; depth covers 50 Hz between ticks
         self._planner_subs.append(self.create_subscription(Odometry, I.INPUT_ODOMETRY, self._on_odom, sensor_qos(50)))
-        self._planner_subs.append(self.create_subscription(String, I.INPUT_NAVIGATION, self._on_nav, reliable_qos(10)))
         self._make_timer("planning", p("planning_rate_hz"), self._on_tick)
         self._make_timer("diagnostics", p("diagnostics_rate_hz"), self._publish_diagnostics)
         self._active = True
@@ -214,6 +223,7 @@ class PlannerCore:
             self._running = False
             self._cv.notify_all()
         self._worker.join(timeout=10.0)
+        self.destroy_subscription(self._nav_sub)
         for pub in self._planner_pubs:
             self.destroy_publisher(pub)
         self._planner_pubs.clear()

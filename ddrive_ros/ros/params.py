@@ -51,6 +51,10 @@ PARAMETERS: dict[str, Spec] = {
     "device": Spec(_OPT.device, P.PARAMETER_STRING, "torch device, e.g. cpu or cuda:0", read_only=True),
     "num_threads": Spec(0, P.PARAMETER_INTEGER, "CPU threads of torch and ONNX Runtime (no spinning); 0 = their defaults", read_only=True,
                         range=(0, 256)),
+    "int8": Spec(False, P.PARAMETER_BOOL, "backend onnx: run dynamically quantised (int8-weight) graphs; "
+                 "quantised on first use next to the exported ones", read_only=True),
+    "compile": Spec(False, P.PARAMETER_BOOL, "backend torch: torch.compile the block step (slow first plans)",
+                    read_only=True),
     "warmup": Spec(True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing", read_only=True),
     # ---- decoder knobs (the next plan uses them)
     "tau": Spec(0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders", range=(0.0, 1.0)),
@@ -67,6 +71,11 @@ PARAMETERS: dict[str, Spec] = {
                                read_only=True, range=(2, 1000)),
     "odom_history_s": Spec(3.0, P.PARAMETER_DOUBLE, "odometry kept (must cover the 2 s of past positions)",
                            read_only=True, range=(2.5, 60.0)),
+    "navigation_durability": Spec("volatile", P.PARAMETER_STRING,
+                                  "QoS durability of ~/input/navigation (subscribed before the model loads, so a "
+                                  "command sent during loading is kept); transient_local also receives the last "
+                                  "command latched before the node started, but then matches only transient_local "
+                                  "publishers", read_only=True, choices=("volatile", "transient_local")),
     # ---- outputs
     "output_frame": Spec("ego", P.PARAMETER_STRING,
                          "ego: outputs in base_link at the input stamp; odom: transformed into the odometry's frame "
