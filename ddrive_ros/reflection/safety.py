@@ -12,12 +12,13 @@ v^2 * curvature. Every quantity is attributed to the waypoint ending its latest 
 the waypoint (hence the tokens) whose position makes the value what it is.
 
 Road users are oriented boxes moved at constant velocity; the ego box (ego_length x ego_width,
-centred `ego_center_offset` ahead of base_link) takes the path heading at each waypoint. Only road
-users catching up from behind (centre behind the rear axle, faster along the ego's heading) are left
-out, as in the closed-loop scorer: a vehicle running into the ego from behind is not the plan's fault. Collisions are tested at the waypoints; the
-time-to-collision projection (the ego at its arriving velocity, the others at theirs, up to
-`min_ttc_s`) covers the gaps between them. Clearance is the largest separating gap over the four
-box axes, a lower bound of the true distance, so the check errs towards flagging.
+centred `ego_center_offset` ahead of base_link) takes the path heading at each waypoint. Road users
+catching up from behind (centre behind the rear axle, faster along the ego's heading) are left out,
+as in the closed-loop scorer: a vehicle running into the ego from behind is not the plan's fault.
+Collisions are tested at the waypoints. The time to collision from each waypoint (the ego box moving
+on at its arriving velocity, that of the segment ending there, the others at theirs, headings kept;
+solved exactly per box axis) covers the gaps between them. Clearance is the largest separating gap
+over the four box axes, a lower bound of the true distance, so the check errs towards flagging.
 
 Vectorised over a batch of candidate plans (`_assess`), so that `search_anchor` scores a few
 hundred candidates in one pass.
@@ -70,7 +71,6 @@ class Limits:
     max_lateral_accel: float = 4.0  # m/s^2, v^2 * curvature (the curvature limit at the plan's speed)
     min_clearance_m: float = 0.3  # m, gap kept to every road user's box
     min_ttc_s: float = 1.0  # s, time to collision at constant velocities, from each waypoint
-    ttc_samples: int = 5  # projection instants in (0, min_ttc_s]: 0.2 s apart, under 4 m of travel at 20 m/s
     stop_tolerance_m: float = 1.5  # m, a STOP plan may still roll this far over its last `stop_window_s`
     stop_window_s: float = 1.0  # s
     lateral_tolerance_m: float = 1.0  # m, a LEFT_* plan may end this far right (and mirror) before it is flagged
@@ -230,17 +230,38 @@ def _meta_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ctx: S
     return out
 
 
-def _separation(d: np.ndarray, yaw1: np.ndarray, h1: np.ndarray, yaw2: np.ndarray, h2: np.ndarray) -> np.ndarray:
-    """Signed gap between oriented boxes (d = centre2 - centre1, h = half length/width): the largest
-    separation over the four box axes; negative where they overlap (minus the penetration depth)."""
+def _box_axes(yaw1: np.ndarray, h1: np.ndarray, yaw2: np.ndarray, h2: np.ndarray) -> list[tuple]:
+    """The four separating axes of two oriented boxes (h: half length/width) and, on each, the sum
+    of both boxes' half extents: (axis x, axis y, reach)."""
     c1, s1, c2, s2 = np.cos(yaw1), np.sin(yaw1), np.cos(yaw2), np.sin(yaw2)
     ca, sa = np.abs(c1 * c2 + s1 * s2), np.abs(s2 * c1 - c2 * s1)
-    dx, dy = d[..., 0], d[..., 1]
-    gaps = (np.abs(dx * c1 + dy * s1) - h1[..., 0] - h2[..., 0] * ca - h2[..., 1] * sa,
-            np.abs(dy * c1 - dx * s1) - h1[..., 1] - h2[..., 0] * sa - h2[..., 1] * ca,
-            np.abs(dx * c2 + dy * s2) - h2[..., 0] - h1[..., 0] * ca - h1[..., 1] * sa,
-            np.abs(dy * c2 - dx * s2) - h2[..., 1] - h1[..., 0] * sa - h1[..., 1] * ca)
+    return [(c1, s1, h1[..., 0] + h2[..., 0] * ca + h2[..., 1] * sa),
+            (-s1, c1, h1[..., 1] + h2[..., 0] * sa + h2[..., 1] * ca),
+            (c2, s2, h2[..., 0] + h1[..., 0] * ca + h1[..., 1] * sa),
+            (-s2, c2, h2[..., 1] + h1[..., 0] * sa + h1[..., 1] * ca)]
+
+
+def _separation(d: np.ndarray, axes: list[tuple]) -> np.ndarray:
+    """Signed gap between the boxes (d = centre2 - centre1): the largest separation over the axes;
+    negative where they overlap (minus the penetration depth)."""
+    gaps = [np.abs(d[..., 0] * ax + d[..., 1] * ay) - r for ax, ay, r in axes]
     return np.maximum(np.maximum(gaps[0], gaps[1]), np.maximum(gaps[2], gaps[3]))
+
+
+def _contact_time(d: np.ndarray, v: np.ndarray, axes: list[tuple]) -> np.ndarray:
+    """First time >= 0 the boxes overlap when box 2 moves at v relative to box 1, both keeping their
+    headings (exact: on each axis the overlap is a time interval; SAT overlap is their intersection);
+    inf when never."""
+    lo, hi = np.zeros(d.shape[:-1]), np.full(d.shape[:-1], np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for ax, ay, r in axes:
+            p, q = d[..., 0] * ax + d[..., 1] * ay, v[..., 0] * ax + v[..., 1] * ay
+            still = np.abs(q) < 1e-12
+            t1, t2 = (-r - p) / q, (r - p) / q
+            inside = np.abs(p) <= r
+            lo = np.maximum(lo, np.where(still, np.where(inside, -np.inf, np.inf), np.minimum(t1, t2)))
+            hi = np.minimum(hi, np.where(still, np.where(inside, np.inf, -np.inf), np.maximum(t1, t2)))
+    return np.where(lo <= hi, lo, np.inf)
 
 
 def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ctx: SafetyContext) -> list[Record]:
@@ -276,19 +297,17 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     sep = np.full(gap0.shape, np.inf)
     ci, qi = np.nonzero(ahead & (gap0 < lim.min_clearance_m))
     if len(ci):
-        sep[ci, qi] = _separation(d[ci, qi], yq[ci, qi], e_half, o_yaw[nq[qi]], o_half[nq[qi]])
+        n = nq[qi]
+        sep[ci, qi] = _separation(d[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[n], o_half[n]))
     hit = sep < 0.0
     tight = (sep >= 0.0) & (sep < lim.min_clearance_m)
-    ttc_short = np.zeros(gap0.shape)
-    ttc_flags = np.zeros(gap0.shape, bool)
+    contact = np.full(gap0.shape, np.inf)
     ci, qi = np.nonzero(ahead & ~hit & (gap0 < np.hypot(rel_v[..., 0], rel_v[..., 1]) * lim.min_ttc_s))
-    if len(ci):
-        taus = lim.min_ttc_s * np.arange(1, lim.ttc_samples + 1) / lim.ttc_samples
-        dd = d[ci, qi][:, None] + taus[None, :, None] * rel_v[ci, qi][:, None]  # (n, S, 2)
-        n = nq[qi][:, None]
-        s = _separation(dd, yq[ci, qi][:, None], e_half, o_yaw[n], o_half[n]) < 0.0
-        ttc_flags[ci, qi] = s.any(axis=1)
-        ttc_short[ci, qi] = np.where(ttc_flags[ci, qi], lim.min_ttc_s - taus[np.argmax(s, axis=1)], 0.0)
+    if len(ci):  # not hit now, but close enough to be reached within min_ttc_s
+        n = nq[qi]
+        contact[ci, qi] = _contact_time(d[ci, qi], rel_v[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[n], o_half[n]))
+    ttc_flags = contact <= lim.min_ttc_s
+    ttc_short = lim.min_ttc_s - contact
     out: list[Record] = []
     for kind, flags, excess in (("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep),
                                 ("ttc", ttc_flags, ttc_short)):
@@ -352,9 +371,43 @@ def check(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, long
     return out
 
 
-def _along(line: np.ndarray, s: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Points at arc lengths `at` along a polyline with cumulative lengths `s`."""
-    return np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=-1)
+def _repair_batch(p: np.ndarray, k: int, anchors: np.ndarray) -> np.ndarray:
+    """`repair` for many anchors (C, 2) of one plan p (K, 2): plans (C, K, 2)."""
+    K = len(p)
+    line = np.concatenate([np.zeros((1, 2)), p])  # origin, then the waypoints; waypoint j is line[j + 1]
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
+    start, seg = line[k], line[k + 1] - line[k]
+    seg_len = float(np.hypot(*seg))
+    out = np.repeat(p[None], len(anchors), axis=0)
+    if seg_len < 1e-6:  # standing before k: no progress to scale, move the tail rigidly
+        out[:, k:] += (anchors - p[k])[:, None]
+        return out
+    u = seg / seg_len
+    rho = (anchors - start) @ u / seg_len  # progress of the anchor as a fraction of the segment
+    lateral = anchors - start - np.outer(rho * seg_len, u)
+    at = s[k] + np.maximum(rho, 0.0)[:, None] * (s[None, k + 1:] - s[k])  # (C, K-k)
+    pts = np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=-1)
+    last = line[-1] - line[-2]
+    last_dir = last / max(float(np.hypot(*last)), 1e-9)
+    pts += np.maximum(at - s[-1], 0.0)[..., None] * last_dir  # straight on past the last waypoint
+    out[:, k:] = pts + lateral[:, None]
+    out[:, k] = anchors
+    return out
+
+
+def repair(waypoints: np.ndarray, k: int, new_xy: np.ndarray) -> np.ndarray:
+    """The plan with waypoint k pinned at `new_xy` and the later waypoints adjusted plausibly.
+
+    The anchor is split against the segment into waypoint k (from waypoint k-1, or the origin) into
+    progress along it, a fraction rho of its length, and a sideways offset. Every later waypoint's
+    progress past waypoint k-1 along the plan's path is scaled by the same rho (a slower anchor slows
+    the rest of the plan instead of catching up: what clears a road user ahead; the path is extended
+    straight past its end when rho > 1) and it takes the same sideways offset (the rest of the path
+    keeps its shape beside the old one: what a dodge or a corridor fix needs). Earlier waypoints stay.
+    This is the trajectory `search_anchor` scores; decoding inpaints the other tokens instead.
+    """
+    p = np.asarray(waypoints, dtype=float)
+    return _repair_batch(p, int(k), np.asarray(new_xy, dtype=float).reshape(1, 2))[0]
 
 
 def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, violation: Violation,
@@ -363,47 +416,33 @@ def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyConte
                   radius_steps: tuple[int, ...] = (1, 2, 4, 8, 16, 30)) -> tuple[int, np.ndarray] | None:
     """A safer position for the earliest offending waypoint k of `violation`, or None.
 
-    Candidates for waypoint k, all rounded to the token grid (multiples of `step_xy`):
-      * shifts: (i dx, j dy) for i, j in {0, +-radius_steps} (a multi-scale grid, 3 m at most by
-        default); the later waypoints move by the same offset (the rest of the plan keeps its shape,
-        which is what a lateral dodge or a corridor fix needs);
-      * slow-downs: k pulled back along the plan's path to a fraction rho in [0, 0.95] of its segment,
-        and every later waypoint's progress past waypoint k-1 scaled by the same rho (the plan keeps the
-        lower speed to the end rather than catching up, which is what clears a collision or a short
-        time-to-collision ahead; rho = 0 stops at waypoint k-1).
-    Each candidate plan is scored by `cost(check(...))` (in one vectorised pass); the lowest wins,
-    ties going to the smallest displacement of waypoint k. Returns (k, new_xy) when the winner costs
-    less than the plan as it is. About 190 candidates: ~2-4 ms on one CPU core for 10 waypoints and
-    10 road users (see the test that times it).
+    Candidate anchors for waypoint k, all rounded to the token grid (multiples of `step_xy`):
+      * a multi-scale grid around it: (i dx, j dy) for i, j in {0, +-radius_steps} (168 shifts, 3 m
+        at most by default);
+      * slow-downs: pulled back along its segment to fractions 0, 0.05, .., 0.95 of it (0 stops at
+        waypoint k-1), which is what clears most collisions and short times to collision.
+    Each candidate is scored as the trajectory `repair` makes of it, by `cost(check(...))` in one
+    vectorised pass; the lowest cost wins, ties going to the smallest displacement of waypoint k.
+    Returns (k, new_xy) when the winner costs less than the plan as it is. About 190 candidates: ~3-5
+    ms for 10 waypoints and 10 nearby road users on one busy CPU core (test_safety_check times it).
     """
     p, t = _validate(waypoints, times)
     if not violation.waypoints:
         return None
-    K = len(t)
     k = int(violation.waypoints[0])
     step = np.asarray(step_xy, dtype=float)
-    # shifts
     r = np.unique(np.concatenate([[0], radius_steps, -np.asarray(radius_steps)])).astype(float)
     gx, gy = np.meshgrid(r * step[0], r * step[1], indexing="ij")
     offsets = np.stack([gx.ravel(), gy.ravel()], axis=1)
-    offsets = offsets[np.any(offsets != 0.0, axis=1)]
-    shift_anchor = np.round((p[k] + offsets) / step) * step
-    shifted = np.repeat(p[None], len(offsets), axis=0)
-    shifted[:, k:] += (shift_anchor - p[k])[:, None]
-    # slow-downs along the path origin -> waypoints
-    line = np.concatenate([np.zeros((1, 2)), p])
-    seg = np.hypot(*np.diff(line, axis=0).T)
-    s = np.concatenate([[0.0], np.cumsum(seg)]) + np.arange(K + 1) * 1e-9  # strictly increasing for interp
-    rho = np.linspace(0.0, 0.95, 20)
-    at = s[k] + rho[:, None] * (s[None, k + 1:] - s[k])  # (R, K-k) progress of waypoints k..K-1
-    slowed = np.repeat(p[None], len(rho), axis=0)
-    slowed[:, k:] = _along(line, s, at)
-    slowed[:, k] = np.round(slowed[:, k] / step) * step
-    cand = np.concatenate([p[None], shifted, slowed])  # the plan as it is first: the baseline
+    start = p[k - 1] if k > 0 else np.zeros(2)
+    slow = start + np.linspace(0.0, 0.95, 20)[:, None] * (p[k] - start)
+    anchors = np.concatenate([p[k] + offsets[np.any(offsets != 0.0, axis=1)], slow])
+    anchors = np.round(anchors / step) * step
+    cand = np.concatenate([p[None], _repair_batch(p, k, anchors)])  # the plan as it is first: the baseline
     costs = _batch_cost(_assess(cand, t, context, longitudinal, lateral), len(cand))
-    base, cand, costs = costs[0], cand[1:], costs[1:]
-    moved = np.hypot(*(cand[:, k] - p[k]).T)
+    base, costs = costs[0], costs[1:]
+    moved = np.hypot(*(anchors - p[k]).T)
     best = np.lexsort((moved, np.round(costs, 9)))[0]
     if costs[best] >= base - 1e-9:
         return None
-    return k, cand[best, k].copy()
+    return k, anchors[best].copy()
