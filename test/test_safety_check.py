@@ -1,0 +1,213 @@
+"""The plan safety check: hand-made plans give exactly the violations they were built to have, at the
+waypoints responsible; the anchor search lowers the cost; the closed-loop world's context is in the
+ego frame and the expert's own future passes it."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from ddrive_ros.reflection.safety import (
+    Corridor,
+    Obstacle,
+    SafetyContext,
+    Violation,
+    check,
+    cost,
+    repair,
+    search_anchor,
+)
+
+T = np.arange(1, 11) * 0.5  # the label schema's waypoint stamps
+
+
+def profile(v0: float, accel: list[float]) -> np.ndarray:
+    """A straight plan whose finite-difference acceleration at each waypoint is `accel` (the check's
+    convention: segment speeds at mid times, the first against v0 at t = 0)."""
+    mid = np.concatenate([[0.0], T - 0.25])
+    speed = v0 + np.cumsum(np.asarray(accel) * np.diff(mid))
+    return np.stack([np.cumsum(speed * 0.5), np.zeros(len(T))], axis=1)
+
+
+def kinds(violations: list[Violation]) -> list[str]:
+    return sorted(v.kind for v in violations)
+
+
+def only(violations: list[Violation], kind: str) -> Violation:
+    assert kinds(violations) == [kind], violations
+    return violations[0]
+
+
+def straight(v: float) -> np.ndarray:
+    return np.stack([v * T, np.zeros_like(T)], axis=1)
+
+
+def arc(v: float, radius: float, start_s: float = 0.0) -> np.ndarray:
+    """Constant speed, straight until arc length start_s, then a circle (left for radius > 0)."""
+    s = v * T
+    u = np.maximum(s - start_s, 0.0) / radius
+    return np.stack([np.minimum(s, start_s) + radius * np.sin(u), radius * (1.0 - np.cos(u))], axis=1)
+
+
+def test_a_constant_speed_straight_plan_passes():
+    ctx = SafetyContext(10.0, corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 1.75))
+    assert check(straight(10.0), T, ctx, "KEEP", "STRAIGHT") == []
+
+
+def test_over_speed_is_flagged_from_the_first_fast_segment():
+    v = only(check(profile(18.0, [2.5] * 10), T, SafetyContext(18.0)), "speed")
+    assert v.waypoints[0] == 2  # segment speeds 18.6, 19.9, 21.1: the third ends at waypoint 2
+
+
+def test_hard_braking_is_flagged_at_its_waypoint():
+    v = only(check(profile(12.0, [0, 0, -3, -7, -3, 0, 0, 0, 0, 0]), T, SafetyContext(12.0)), "decel")
+    assert v.waypoints == (3,) and v.severity == pytest.approx(1.0)
+
+
+def test_jerk_is_flagged_where_the_acceleration_flips():
+    v = only(check(profile(10.0, [0, 0, -2.8, 2.8, 0, 0, 0, 0, 0, 0]), T, SafetyContext(10.0)), "jerk")
+    assert v.waypoints == (3,) and v.severity == pytest.approx(5.6 / 0.5 - 10.0)
+
+
+def test_a_too_sharp_curve_is_flagged_by_lateral_acceleration():
+    # 8 m/s on a 12 m radius: 5.3 m/s^2. The arc starts at waypoint 2; the segment ending at waypoint 3
+    # turns only half as much as a full arc segment (2.7 m/s^2), so waypoint 4 is the first offender
+    v = only(check(arc(8.0, 12.0, start_s=12.0), T, SafetyContext(8.0)), "curvature")
+    assert v.waypoints[0] == 4 and v.severity == pytest.approx(8.0 ** 2 / 12.0 - 4.0, abs=0.1)
+    assert check(arc(8.0, 30.0, start_s=12.0), T, SafetyContext(8.0)) == []  # 2.1 m/s^2
+
+
+def test_a_stop_plan_that_keeps_moving_is_flagged():
+    v = only(check(straight(5.0), T, SafetyContext(5.0), "STOP"), "meta")
+    assert v.waypoints == (8, 9)  # the last second
+    stopping = profile(5.0, [-2.0] * 5 + [0.0] * 5)  # 5 m/s to 0 in 2.5 s, then standing
+    stopping[5:] = stopping[4]
+    assert check(stopping, T, SafetyContext(5.0), "STOP") == []
+
+
+def test_a_left_turn_that_veers_right_is_flagged_and_a_real_one_passes():
+    v = only(check(arc(6.0, -30.0), T, SafetyContext(6.0), "KEEP", "LEFT_TURN"), "meta")
+    assert v.waypoints[-1] == 9
+    assert check(arc(6.0, 30.0), T, SafetyContext(6.0), "KEEP", "LEFT_TURN") == []
+    assert kinds(check(arc(6.0, 30.0), T, SafetyContext(6.0), "KEEP", "RIGHT_TURN")) == ["meta"]
+
+
+def test_a_lane_change_is_judged_against_the_corridor_on_a_curved_road():
+    # the road curves right (radius 100 m); the plan follows it while moving 3.5 m to the left
+    radius, v = 100.0, 10.0
+    s = np.arange(-10.0, 120.0, 2.0)
+    centre = np.stack([radius * np.sin(s / radius), -radius * (1 - np.cos(s / radius))], axis=1)
+    ctx = SafetyContext(v, corridor=Corridor(centre, 5.25))
+    u = np.clip((v * T - 5.0) / 35.0, 0.0, 1.0)
+    d = 3.5 * u ** 3 * (10 - 15 * u + 6 * u * u)
+    a = v * T / radius
+    plan = np.stack([(radius + d) * np.sin(a), -radius + (radius + d) * np.cos(a)], axis=1)
+    assert plan[-1, 1] < -1.0  # to the right in the ego frame ...
+    assert check(plan, T, ctx, "KEEP", "LEFT_CHANGE") == []  # ... but to the left along the road
+    assert kinds(check(plan, T, ctx, "KEEP", "RIGHT_CHANGE")) == ["meta"]
+
+
+BOX_AHEAD = Obstacle(30.0, 0.0, 0.0, 4.5, 1.9)
+
+
+def test_driving_into_a_box_gives_collision_and_ttc_at_the_right_waypoints():
+    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,)))
+    by_kind = {v.kind: v for v in found}
+    assert set(by_kind) == {"collision", "ttc"}
+    # the box's rear is at 27.75 m; the ego front is 3.7 m ahead of base_link: it reaches it at x = 24.05
+    assert by_kind["collision"].waypoints[0] == 4  # x = 25.0
+    assert by_kind["collision"].severity == pytest.approx(1.9)  # at x = 30 the overlap is 1.9 m
+    assert by_kind["ttc"].waypoints == (2, 3)  # 0.905 s and 0.405 s before contact
+    assert by_kind["ttc"].severity == pytest.approx(1.0 - 0.405)
+    assert found[0].kind == "collision"  # most costly first
+
+
+def test_passing_five_metres_beside_the_box_is_safe():
+    beside = Obstacle(30.0, 5.0, 0.0, 4.5, 1.9)
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(beside,))) == []
+
+
+def test_a_crossing_road_user_is_caught_by_its_constant_velocity_prediction():
+    # crosses the ego's path from the right at 4 m/s, at the ego box centre's x at t = 2.5 s
+    crossing = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9, vx=0.0, vy=4.0)
+    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(crossing,)))
+    collision = [v for v in found if v.kind == "collision"]
+    assert collision and collision[0].waypoints[0] == 4
+    parked = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9)
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(parked,))) == []
+
+
+def test_leaving_the_corridor_is_flagged():
+    plan = straight(10.0)
+    plan[5:, 1] = 2.0  # a 2 m step to the left after waypoint 4
+    ctx = SafetyContext(10.0, corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 1.75))
+    v = [v for v in check(plan, T, ctx) if v.kind == "corridor"]
+    assert v and v[0].waypoints[0] == 5 and v[0].waypoints[-1] == 9
+
+
+def test_search_anchor_repairs_the_box_collision():
+    plan = straight(10.0)
+    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,))
+    found = check(plan, T, ctx)
+    collision = next(v for v in found if v.kind == "collision")
+    result = search_anchor(plan, T, ctx, collision)
+    assert result is not None
+    k, xy = result
+    assert k == collision.waypoints[0]
+    assert np.allclose(xy, np.round(xy, 1))  # on the 0.1 m token grid
+    repaired = repair(plan, k, xy)
+    assert np.array_equal(repaired[k], xy) and np.array_equal(repaired[:k], plan[:k])
+    after = check(repaired, T, ctx)
+    assert cost(after) < cost(found)
+    assert "collision" not in kinds(after)
+    # the ttc before waypoint k is not waypoint k's to fix: searching from it slows down earlier
+    ttc = next(v for v in found if v.kind == "ttc")
+    k2, xy2 = search_anchor(plan, T, ctx, ttc)
+    assert k2 == 2 and cost(check(repair(plan, k2, xy2), T, ctx)) < cost(found)
+
+
+def test_search_anchor_returns_none_for_a_safe_plan_and_is_fast():
+    plan = straight(10.0)
+    dummy = Violation("speed", (3,), 0.0, "")
+    assert search_anchor(plan, T, SafetyContext(10.0), dummy) is None
+    # 10 waypoints, 10 road users all near the plan (the box ahead, nine in the side lanes)
+    others = tuple(Obstacle(30.0 + 5 * i, 3.5 * (-1) ** i, 0.0, 4.5, 1.9, vx=5.0) for i in range(9))
+    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,) + others,
+                        corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 5.25))
+    v = check(plan, T, ctx)[0]
+    runs = []
+    for _ in range(20):
+        t0 = time.process_time()
+        search_anchor(plan, T, ctx, v)
+        runs.append(time.process_time() - t0)
+    assert np.median(runs) < 0.03  # ~3-6 ms here; generous for a shared CPU
+
+
+def test_cost_ranks_collision_above_jerk_above_none():
+    box = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,)))
+    jerky = check(profile(10.0, [0, 0, -2.8, 2.8, 0, 0, 0, 0, 0, 0]), T, SafetyContext(10.0))
+    assert kinds(jerky) == ["jerk"]
+    assert cost(box) > cost(jerky) > cost([]) == 0.0
+    # one collision outweighs every soft violation at any severity
+    soft = [Violation(k, (0,), 1e6, "") for k in ("meta", "meta", "speed", "accel", "decel", "curvature", "jerk")]
+    assert cost([Violation("collision", (0,), 0.0, "")]) > cost([Violation("clearance", (0,), 0.0, "")]) > cost(soft)
+
+
+def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes():
+    from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+    from ddrive_ros.sim.safety_context import safety_context
+    from ddrive_ros.trajectory import world_to_ego
+
+    world = ClosedLoopWorld(1436556891, 8.0)  # straight road, a slower lead vehicle ~25 m ahead
+    k = world.start_step
+    world.drive_expert_until(k + 100)  # the expert's 5 s future
+    ctx = safety_context(world, k)
+    assert ctx.v0 == pytest.approx(world.ego_v[k]) and len(ctx.obstacles) == world.n_agents
+    lead = ctx.obstacles[0]
+    assert 5.0 < lead.x < 60.0 and abs(lead.y) < 1.0 and abs(lead.yaw) < 0.1
+    assert lead.vx == pytest.approx(world.agent_v[0, k]) and abs(lead.vy) < 0.1
+    assert lead.length == pytest.approx(world.agent_size[0, 0])
+    future = world_to_ego(world.ego_xy[k + np.round(T / world.dt).astype(int)], world.ego_xy[k], world.ego_yaw[k])
+    found = check(np.round(future, 1), T, ctx)  # as the tokens would carry it
+    assert not [v for v in found if v.kind in ("collision", "corridor")], found
