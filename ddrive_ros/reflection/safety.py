@@ -375,9 +375,9 @@ def check(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, long
 
 def _repair_batch(p: np.ndarray, k: int, anchors: np.ndarray) -> np.ndarray:
     """`repair` for many anchors (C, 2) of one plan p (K, 2): plans (C, K, 2)."""
-    K = len(p)
     line = np.concatenate([np.zeros((1, 2)), p])  # origin, then the waypoints; waypoint j is line[j + 1]
     s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
+    s += np.arange(len(s)) * 1e-9  # strictly increasing through standing segments, for np.interp
     start, seg = line[k], line[k + 1] - line[k]
     seg_len = float(np.hypot(*seg))
     out = np.repeat(p[None], len(anchors), axis=0)
