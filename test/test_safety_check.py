@@ -181,7 +181,7 @@ def test_search_anchor_returns_none_for_a_safe_plan_and_is_fast():
         t0 = time.process_time()
         search_anchor(plan, T, ctx, v)
         runs.append(time.process_time() - t0)
-    assert np.median(runs) < 0.03  # ~3-6 ms here; generous for a shared CPU
+    assert np.median(runs) < 0.02  # ~2.5 ms here; generous for a shared CPU
 
 
 def test_cost_ranks_collision_above_jerk_above_none():
@@ -211,3 +211,25 @@ def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes
     future = world_to_ego(world.ego_xy[k + np.round(T / world.dt).astype(int)], world.ego_xy[k], world.ego_yaw[k])
     found = check(np.round(future, 1), T, ctx)  # as the tokens would carry it
     assert not [v for v in found if v.kind in ("collision", "corridor")], found
+
+
+@pytest.mark.parametrize("seed", [3253896501, 2926981835, 1146602604])  # right turn; lane changes on curves
+def test_the_expert_keeps_the_limits_its_meta_and_the_corridor(seed):
+    from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+    from ddrive_ros.sim.labels import meta_behavior
+    from ddrive_ros.sim.safety_context import safety_context
+    from ddrive_ros.trajectory import world_to_ego
+
+    world = ClosedLoopWorld(seed, 12.0)
+    while not world.done:
+        world.step_expert()
+    assert world.terminated == "duration"
+    lateral = set()
+    for k in range(world.start_step, world.n_steps - 100, 10):
+        future = world_to_ego(world.ego_xy[k + np.round(T / world.dt).astype(int)], world.ego_xy[k], world.ego_yaw[k])
+        meta = meta_behavior(world, k)
+        lateral.add(meta.lateral)
+        found = check(np.round(future, 1), T, safety_context(world, k), meta.longitudinal, meta.lateral)
+        # road users are left out: constant-velocity prediction misjudges some (see the report)
+        assert not [v for v in found if v.kind not in ("collision", "ttc", "clearance")], (k, meta, found)
+    assert lateral - {"STRAIGHT"}  # the manoeuvre's meta was checked too
