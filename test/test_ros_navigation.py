@@ -15,14 +15,14 @@ from ddrive_ros.ros.node_process import NodeProcess
 
 DOMAIN = os.getpid() % 200 + 20 + 40
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
-        "diagnostics_rate_hz": 5.0}
+        "diagnostics_rate_hz": 5.0, "debug_load_delay_s": 6.0}  # loading a big model: long enough to publish in
 
 
 def _nav_in_diagnostics(listener: Listener) -> str | None:
-    with listener.lock:
-        for _, st in reversed(listener.diagnostics):
-            if "inputs" in st:
-                return st["inputs"][2].get("navigation_command")
+    """The newest navigation_command in the node's diagnostics (called under the listener's lock)."""
+    for _, st in reversed(listener.diagnostics):
+        if "inputs" in st:
+            return st["inputs"][2].get("navigation_command")
     return None
 
 

@@ -112,6 +112,8 @@ class PlannerCore:
         self.topics: dict[str, str] = {"navigation": self.resolve_topic_name(I.INPUT_NAVIGATION)}
         self._nav_sub = self.create_subscription(String, I.INPUT_NAVIGATION, self._on_nav,
                                                  navigation_qos(p("navigation_durability")))
+        if p("debug_load_delay_s") > 0:
+            time.sleep(p("debug_load_delay_s"))
         if p("num_threads") > 0:
             import torch
 
