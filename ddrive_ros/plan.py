@@ -26,6 +26,8 @@ class DecodeStats:
     forwards_per_section: dict[str, int] = field(default_factory=dict)
     wall_ms: float = 0.0
     stage_ms: dict[str, float] = field(default_factory=dict)
+    # reflection (AutoEdit / safety): mode, tokens rewritten, forwards, violations before and after
+    reflect: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_per_forward(self) -> float:
@@ -56,6 +58,7 @@ class Plan:
     rollouts: list[np.ndarray] = field(default_factory=list)  # per-rollout (K, 2) waypoints
     stats: DecodeStats | None = None
     stamp: float = 0.0
+    draft_waypoints: np.ndarray | None = None  # (K, 2) before reflection, when the planner reflected
 
     @property
     def valid(self) -> bool:
@@ -75,6 +78,8 @@ class Plan:
         ]
         if self.trajectory is not None:
             out["trajectory"] = [dict(zip(("t", "x", "y", "yaw", "v"), map(float, row))) for row in self.trajectory]
+        if self.draft_waypoints is not None:
+            out["draft_waypoints"] = np.asarray(self.draft_waypoints, dtype=float).round(3).tolist()
         if self.rollouts:
             out["rollouts"] = [np.asarray(r).round(3).tolist() for r in self.rollouts]
         out["validity"] = dict(self.validity)

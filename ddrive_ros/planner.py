@@ -12,10 +12,12 @@ import torch
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode
+from ddrive_ros.decoding.reflect import make_reflector
 from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
 from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
 from ddrive_ros.planner_options import PlannerOptions
+from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.timeline import OUTPUT_TIMES
@@ -33,6 +35,7 @@ class Planner:
         self.layout = Layout(self.schema, self.tokenizer, block_size)
         self.codec = Codec(self.layout)
         self.strategy = make_strategy(opt.decoder, **opt.knobs)
+        make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
         from ddrive_ros.runtime.factory import make_backend
 
         dtype = getattr(torch, opt.dtype)
@@ -71,8 +74,16 @@ class Planner:
         draws the same rollouts whatever ran before it."""
         self._plans = 0
 
+    def prompt_for(self, obs: Observation) -> torch.Tensor:
+        """The prompt embeddings of an observation (what `plan` decodes from)."""
+        obs.validate()
+        nav = torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
+        return self.backend.prompt(self._images(obs.images), self._ego(obs), self.bos, nav)
+
     # ------------------------------------------------------------------ plan
-    def plan(self, obs: Observation) -> Plan:
+    def plan(self, obs: Observation, context: SafetyContext | None = None) -> Plan:
+        """`context`: obstacles and drivable corridor for safety-guided reflection (ego frame at
+        obs.stamp); without one, the safety check covers kinematics and meta consistency only."""
         obs.validate()
         t0 = time.perf_counter()
         images = self._images(obs.images)
@@ -82,11 +93,20 @@ class Planner:
         prompt = self.backend.prompt(images, ego, self.bos, nav)
         t2 = time.perf_counter()
         opt = self.options
+        reflector = None
+        if opt.reflect != "off":
+            if opt.reflect in ("safety", "both") and context is None:
+                context = SafetyContext(v0=float(obs.speed))
+            reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds))
         ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
-                            DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans))
+                            DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans),
+                            reflect=reflector)
         t3 = time.perf_counter()
         self._plans += 1
         plan = self._postprocess(ids.cpu().numpy(), obs)
+        if reflector is not None and reflector.draft is not None:
+            drafts = [self.codec.decode(row).waypoints for row in reflector.draft.cpu().numpy()]
+            plan.draft_waypoints = np.mean(drafts, axis=0)
         t4 = time.perf_counter()
         stats.stage_ms.update(preprocess=(t1 - t0) * 1e3, encode=(t2 - t1) * 1e3, decode=(t3 - t2) * 1e3,
                               postprocess=(t4 - t3) * 1e3)
@@ -110,3 +130,15 @@ class Planner:
                 for k, ok in p.validity.items():
                     plan.validity[k] = plan.validity.get(k, True) and ok
         return plan
+
+
+class _keep_draft:
+    """A reflector that remembers the ids it was handed (the draft), for drawing and stats."""
+
+    def __init__(self, reflector):
+        self.reflector = reflector
+        self.draft = None
+
+    def __call__(self, backend, layout, out, start, strategy, stats):
+        self.draft = out.clone()
+        return self.reflector(backend, layout, out, start, strategy, stats)

@@ -20,3 +20,7 @@ class PlannerOptions:
     device: str = "cpu"
     dtype: str = "float32"
     backend_options: dict[str, Any] = field(default_factory=dict)
+    # reflection after the draft (decoding/reflect.py): off | autoedit | safety | both
+    reflect: str = "off"
+    autoedit_tau: float = 0.5  # AutoEdit rewrites a drafted token less than this times as likely as its prediction
+    safety_rounds: int = 3  # anchor search + inpainting rounds of safety-guided reflection

@@ -113,13 +113,16 @@ def test_only_ros_imports_rclpy_and_ros_messages():
 
 
 LOWER_MAY_NOT_IMPORT = {  # a layer never imports any layer above it
-    "model": ("runtime", "decoding", "planner", "reflect", "ros", "commands", "sim", "bags", "training", "evaluation"),
-    "runtime": ("decoding", "planner", "reflect", "ros", "commands", "sim", "bags", "training", "evaluation"),
+    "model": ("runtime", "decoding", "planner", "reflection", "ros", "commands", "sim", "bags", "training", "evaluation"),
+    "runtime": ("decoding", "planner", "reflection", "ros", "commands", "sim", "bags", "training", "evaluation"),
     "decoding": ("planner", "ros", "commands", "sim", "bags", "training", "evaluation"),
     "planner": ("ros", "commands", "sim", "bags", "training", "evaluation"),
     "scaffold": ("model", "runtime", "decoding", "planner", "ros", "commands", "sim", "bags", "training", "evaluation"),
     "bags": ("model", "runtime", "decoding", "planner", "ros", "commands", "sim", "training"),
     "sim": ("model", "runtime", "decoding", "planner", "ros", "commands", "training"),
+    # the safety check is plain numpy over plans and boxes: the decoder, the node and the sim use it
+    "reflection": ("model", "runtime", "decoding", "planner", "ros", "commands", "sim", "bags", "training",
+                   "evaluation"),
 }
 BOTTOM = ("trajectory", "observation", "plan", "timeline", "camera", "planner_options", "observation_recipe")
 

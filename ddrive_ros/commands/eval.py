@@ -17,6 +17,9 @@ def register(sub) -> None:
     p.add_argument("--methods", default="all", help="comma-separated method names, or all")
     p.add_argument("--rollout-temperature", type=float, default=PlannerOptions.rollout_temperature,
                    help="sampling temperature of the trajectory rollouts (default: the planner's)")
+    p.add_argument("--reflect", default="off",
+                   help="comma-separated reflect modes (off, autoedit, safety, both); each but off adds a "
+                        "'<method>+<mode>' row; safety gets the samples' true road users")
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)
@@ -26,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from ddrive_ros.evaluation.evaluate import evaluate, markdown
 
     rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
-                    args.rollout_temperature)
+                    args.rollout_temperature, args.reflect)
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -16,17 +16,21 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# method -> (decoder, rollouts); None: a baseline
+# method -> (decoder, rollouts, reflect); None: a baseline. --reflect adds "<row>+<mode>" rows.
 LEARNED = {
-    "ar": ("ar", 1),
-    "diffusion": ("diffusion", 1),
-    "speculative": ("speculative", 1),
-    "s2d2": ("s2d2", 1),
-    "speculative N=4": ("speculative", 4),
+    "ar": ("ar", 1, "off"),
+    "diffusion": ("diffusion", 1, "off"),
+    "speculative": ("speculative", 1, "off"),
+    "s2d2": ("s2d2", 1, "off"),
+    "speculative N=4": ("speculative", 4, "off"),
+    # privileged headroom: the best of 4 rollouts by the safety check with the world's true road users
+    "oracle best of N=4": ("speculative", 4, "oracle"),
 }
+REFLECT_MODES = ("off", "autoedit", "safety", "both")
 BASELINES = ("expert", "constant velocity", "idm planner")
 DEFAULT_METHODS = ("expert", "constant velocity", "idm planner", "speculative", "speculative N=4")
-ALIASES = {"cv": "constant velocity", "idm": "idm planner", "speculative_n4": "speculative N=4"}
+ALIASES = {"cv": "constant velocity", "idm": "idm planner", "speculative_n4": "speculative N=4",
+           "oracle": "oracle best of N=4"}
 
 
 def register(sub) -> None:
@@ -39,9 +43,13 @@ def register(sub) -> None:
     p.add_argument("--decoder", default=None, help="only this decoder for the learned row (with --rollouts)")
     p.add_argument("--rollouts", type=int, default=1, help="trajectory rollouts of the --decoder row")
     p.add_argument("--methods", default="default",
-                   help="comma-separated rows: expert, cv, idm, ar, diffusion, speculative, s2d2, speculative_n4; "
+                   help="comma-separated rows: expert, cv, idm, ar, diffusion, speculative, s2d2, speculative_n4, oracle "
+                        "(best of 4 rollouts by the safety check with the world's true road users: privileged headroom); "
                         "'default' = expert, cv, idm, speculative, speculative_n4 (20 episodes in minutes on 2 cores); "
                         "'all' = every decoder too")
+    p.add_argument("--reflect", default="off",
+                   help="comma-separated reflect modes for every learned row: off, autoedit, safety, both; each mode "
+                        "but off adds a '<row>+<mode>' row (safety gets the world's true obstacles and lanes)")
     p.add_argument("--plan-hz", type=float, default=5.0, help="planning rate (must divide the 10 Hz camera rate)")
     p.add_argument("--latency-ms", default="auto",
                    help="auto: a plan applies after its measured computing time; a number: fixed latency (deterministic)")
@@ -56,12 +64,22 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def chosen_methods(methods: str, decoder: str | None, rollouts: int) -> dict[str, tuple[str, int] | None]:
-    """Row name -> (decoder, rollouts) for learned rows, None for baselines, in table order."""
+def reflect_modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in REFLECT_MODES]
+    if bad or not modes:
+        raise ValueError(f"--reflect takes a comma-separated list of {', '.join(REFLECT_MODES)}; got {text!r}")
+    return modes
+
+
+def chosen_methods(methods: str, decoder: str | None, rollouts: int,
+                   reflect: str = "off") -> dict[str, tuple[str, int, str] | None]:
+    """Row name -> (decoder, rollouts, reflect) for learned rows, None for baselines, in table order."""
     if decoder is not None:
-        learned = {decoder if rollouts == 1 else f"{decoder} N={rollouts}": (decoder, rollouts)}
+        learned = {decoder if rollouts == 1 else f"{decoder} N={rollouts}": (decoder, rollouts, "off")}
     else:
         learned = dict(LEARNED)
+    modes = reflect_modes(reflect)
     everything: dict[str, tuple[str, int] | None] = {**dict.fromkeys(BASELINES), **learned}
     if methods == "all":
         return everything
@@ -73,7 +91,20 @@ def chosen_methods(methods: str, decoder: str | None, rollouts: int) -> dict[str
         raise ValueError(f"unknown --methods {unknown}; known: {', '.join(everything)} (aliases {ALIASES})")
     if "expert" not in wanted:
         wanted.insert(0, "expert")  # every other row's EP is relative to it
-    return {m: everything[m] for m in everything if m in wanted}
+    out: dict[str, tuple[str, int, str] | None] = {}
+    for m in everything:
+        if m not in wanted:
+            continue
+        spec = everything[m]
+        if spec is None:
+            out[m] = None
+            continue
+        if spec[2] == "oracle":
+            out[m] = spec
+            continue
+        for mode in modes:
+            out[m if mode == "off" else f"{m}+{mode}"] = (spec[0], spec[1], mode)
+    return out
 
 
 def parse_latency(text: str) -> float | None:
@@ -105,10 +136,10 @@ def warm_up(planner) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ddrive_ros.sim.closed_loop_run import LoopOptions, markdown, run_methods
-    from ddrive_ros.sim.drivers import ConstantVelocityDriver, IdmPlannerDriver, ModelDriver
+    from ddrive_ros.sim.drivers import BestOfNDriver, ConstantVelocityDriver, IdmPlannerDriver, ModelDriver
     from ddrive_ros.sim.sample import default_renderer, episode_seeds
 
-    methods = chosen_methods(args.methods, args.decoder, args.rollouts)
+    methods = chosen_methods(args.methods, args.decoder, args.rollouts, args.reflect)
     opts = LoopOptions(duration_s=args.duration, plan_hz=args.plan_hz, latency_ms=parse_latency(args.latency_ms))
     opts.plan_every()  # validates plan_hz before anything loads
     opts.renderer = default_renderer()
@@ -130,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.num_threads)
         # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
         node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
-        for i, (name, (decoder, n)) in enumerate(learned.items()):
+        for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
+            if args.ros and reflect == "oracle":
+                raise ValueError("the oracle row needs the world's true road users: drive it in-process")
+            if args.ros and reflect != "off":
+                raise ValueError("--ros drives the node, whose obstacles input is not bridged from the world yet: "
+                                 "use --reflect off with --ros, or drive in-process")
             if args.ros:
                 from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
 
@@ -141,10 +177,18 @@ def run(args: argparse.Namespace) -> int:
                 bridges.append(bridge)
                 factories[name] = (lambda b: (lambda w: b))(bridge)
             else:
-                planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n))
+                oracle = reflect == "oracle"
+                planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n,
+                                                         reflect="off" if oracle else reflect))
                 warm_up(planner)
-                driver = ModelDriver(planner, planner.restart_sampling)
-                factories[name] = (lambda d: (lambda w: d))(driver)
+                context_of = None
+                if reflect in ("safety", "both", "oracle"):
+                    from ddrive_ros.sim.safety_context import safety_context
+
+                    context_of = safety_context
+                driver_class = BestOfNDriver if oracle else ModelDriver
+                driver = driver_class(planner, planner.restart_sampling, context_of)
+                factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)
     seeds = episode_seeds(args.seed, args.episodes)
     video_dir = Path(args.video) if args.video else None
     film = set(seeds[: args.video_episodes]) if video_dir else set()

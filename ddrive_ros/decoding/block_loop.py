@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from ddrive_ros.decoding.layout_tensors import BlockTensors, layout_tensors
+from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
 from ddrive_ros.decoding.sampling import choose, constrained_probs
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.planner_options import PlannerOptions
@@ -126,9 +126,28 @@ class Strategy(Protocol):
         """One iteration: must decide at least one open position in every row that has one."""
 
 
+@dataclass
+class TrajectoryStart:
+    """What redoing the trajectory section on the cached prefix needs (reflection): the logit that
+    predicts its first position, its blocks, the layout's tensors and the sampling state there."""
+
+    carry: torch.Tensor  # (rows, V)
+    blocks: list[Block]
+    masks: LayoutTensors
+    temperature: float
+    generator: torch.Generator
+
+
+class Reflector(Protocol):
+    def __call__(self, backend: Backend, layout: Layout, out: torch.Tensor, start: TrajectoryStart,
+                 strategy: Strategy, stats: DecodeStats) -> torch.Tensor:
+        """Revise the decoded trajectory tokens of `out` (rows, L); return the new ids."""
+
+
 def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Strategy,
-           options: DecodeOptions | None = None) -> tuple[torch.Tensor, DecodeStats]:
-    """Decode one plan. Returns output token ids (rows, L) (rows = rollouts) and statistics."""
+           options: DecodeOptions | None = None, reflect: Reflector | None = None) -> tuple[torch.Tensor, DecodeStats]:
+    """Decode one plan. Returns output token ids (rows, L) (rows = rollouts) and statistics.
+    `reflect` then revises the trajectory (each rollout on its own fork), reusing the cache."""
     opt = options or DecodeOptions()
     stats = DecodeStats(decoder=strategy.name)
     t0 = time.perf_counter()
@@ -142,10 +161,11 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     gen = torch.Generator(device=device).manual_seed(opt.seed)
     masks = layout_tensors(layout, backend.window, backend.vocab_size, device)
     out = masks.template[None].clone()
-    w = backend.window
     names = layout.schema.section_names
-    fork_at = layout.section_blocks(names.index("trajectory"))[0].index if "trajectory" in names else -1
+    traj_blocks = layout.section_blocks(names.index("trajectory")) if "trajectory" in names else []
+    fork_at = traj_blocks[0].index if traj_blocks else -1
     temperature = opt.temperature
+    start: TrajectoryStart | None = None
     for block in layout.blocks:
         if block.index == fork_at:
             if opt.rollouts > 1:
@@ -153,32 +173,59 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
                 out = out.expand(opt.rollouts, -1).clone()
                 carry = carry.expand(opt.rollouts, -1).clone()
                 temperature = opt.rollout_temperature
-        bt = masks.blocks[block.index]
-        x = torch.full((out.shape[0], w), layout.tokenizer.pad_id, dtype=out.dtype, device=device)
-        x[:, : block.length] = out[:, block.start:block.end]
-        ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)
-        rows = out.shape[0]
+            start = TrajectoryStart(carry, traj_blocks, masks, temperature, gen)
+        carry = decode_block(backend, layout, masks, out, block, carry, strategy, temperature, gen, stats)
+    t_blocks = time.perf_counter()
+    stats.stage_ms["blocks"] = (t_blocks - t0) * 1000.0 - stats.stage_ms["prefill"]
+    if reflect is not None and start is not None:
+        out = reflect(backend, layout, out, start, strategy, stats)
+        stats.stage_ms["reflect"] = (time.perf_counter() - t_blocks) * 1000.0
+    stats.wall_ms = (time.perf_counter() - t0) * 1000.0
+    return out, stats
+
+
+def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: torch.Tensor, block: Block, carry: torch.Tensor,
+                 strategy: Strategy, temperature: float, gen: torch.Generator, stats: DecodeStats,
+                 pinned: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode one block of `out` (rows, L) in place from its template; return the next carry.
+    `pinned` (rows, L) bool: editable positions kept as they are in `out` (inpainting around
+    anchors); then the open count is read from the device once more per block."""
+    bt = masks.blocks[block.index]
+    w = backend.window
+    x = torch.full((out.shape[0], w), layout.tokenizer.pad_id, dtype=out.dtype, device=out.device)
+    x[:, : block.length] = out[:, block.start:block.end]
+    ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)
+    rows = out.shape[0]
+    if pinned is not None:
+        keep = torch.zeros_like(ctx.open)
+        keep[:, : block.length] = pinned[:, block.start:block.end]
+        ctx.open &= ~keep
+    if pinned is None:
         left = rows * bt.n_editable  # host bookkeeping from the layout: no sync
         if bt.first_editable:
             ctx.fill_first()
             left -= rows
             stats.tokens_decided += rows
-        strategy.begin_block(ctx)
-        stale = True
-        guard = bt.n_editable + 1
-        while left > 0:
-            strategy.step(ctx)
-            now, stale = ctx.status()
-            guard -= 1
-            if now >= left or guard < 0:
-                raise RuntimeError(f"{strategy.name} made no progress in block {block.index}")
-            stats.tokens_decided += left - now
-            left = now
-        carry = ctx.finish(stale)
-        out[:, block.start:block.end] = ctx.x[:, : block.length]
-    stats.wall_ms = (time.perf_counter() - t0) * 1000.0
-    stats.stage_ms["blocks"] = stats.wall_ms - stats.stage_ms["prefill"]
-    return out, stats
+    else:
+        before = int(ctx.open.sum())
+        if bt.first_editable:
+            ctx.fill_first()
+        left = int(ctx.open.sum())
+        stats.tokens_decided += before - left
+    strategy.begin_block(ctx)
+    stale = True
+    guard = bt.n_editable + 1
+    while left > 0:
+        strategy.step(ctx)
+        now, stale = ctx.status()
+        guard -= 1
+        if now >= left or guard < 0:
+            raise RuntimeError(f"{strategy.name} made no progress in block {block.index}")
+        stats.tokens_decided += left - now
+        left = now
+    carry = ctx.finish(stale)
+    out[:, block.start:block.end] = ctx.x[:, : block.length]
+    return carry
 
 
 def ranks_desc(score: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

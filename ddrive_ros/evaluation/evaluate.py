@@ -16,6 +16,7 @@ from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.evaluation import draw, metrics
 from ddrive_ros.observation import Observation
 from ddrive_ros.plan import MetaBehavior, Plan, meta_text
+from ddrive_ros.reflection.safety import Obstacle, SafetyContext
 from ddrive_ros.planner import Planner, PlannerOptions
 from ddrive_ros.sample import Sample, label_schema
 from ddrive_ros.sim.camera import default_cameras
@@ -126,8 +127,10 @@ def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s:
 
 
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
-             plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature
-             ) -> list[dict[str, Any]]:
+             plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature,
+             reflect: str = "off") -> list[dict[str, Any]]:
+    """`reflect`: comma-separated modes (off, autoedit, safety, both); each but off adds a
+    '<method>+<mode>' row after each method's row; safety gets the sample's true road users."""
     bundle = ckpt.load(checkpoint)
     samples = held_out_samples(seed, episodes, per_episode)
     log.info("evaluating on %d samples from held-out episodes (seed %d)", len(samples), seed)
@@ -139,16 +142,40 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
             score("expert", [s.future_xy for s in samples], samples, horizon=horizon, open_loop_pdm=True),
             majority_row(samples)]
     chosen = [m for m in METHODS if methods == "all" or m[0] in methods.split(",")]
+    modes = [m.strip() for m in reflect.split(",") if m.strip()]
     kept_plans = {}
-    for name, decoder, knobs, n in tqdm(chosen, desc="methods"):
-        planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n, rollout_temperature=rollout_temperature))
-        observations = shuffled_nav(samples, seed) if name == SHUFFLED_NAV else [s.observation for s in samples]
-        plans = [planner.plan(o) for o in tqdm(observations, desc=name, leave=False)]
-        rows.append(score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon, open_loop_pdm=True))
+    runs = [(name if mode == "off" else f"{name}+{mode}", decoder, knobs, n, mode)
+            for name, decoder, knobs, n in chosen for mode in modes]
+    for name, decoder, knobs, n, mode in tqdm(runs, desc="methods"):
+        planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n,
+                                                 rollout_temperature=rollout_temperature, reflect=mode))
+        observations = shuffled_nav(samples, seed) if name.startswith(SHUFFLED_NAV) else [s.observation for s in samples]
+        contexts = [sample_safety_context(s) if mode in ("safety", "both") else None for s in samples]
+        plans = [planner.plan(o, c) for o, c in tqdm(list(zip(observations, contexts)), desc=name, leave=False)]
+        row = score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon, open_loop_pdm=True)
+        if mode != "off":
+            row["edited_tokens_per_plan"] = float(np.mean([p.stats.reflect.get("edited_tokens", 0) for p in plans]))
+            row["reflect_forwards_per_plan"] = float(np.mean([p.stats.reflect.get("forwards", 0) for p in plans]))
+            row["reflect_ms_p50"] = float(np.median([p.stats.stage_ms.get("reflect", 0.0) for p in plans]))
+        rows.append(row)
         kept_plans[name] = plans
     if plots:
         write_pictures(Path(plots), samples, kept_plans)
     return rows
+
+
+def sample_safety_context(sample: Sample) -> SafetyContext:
+    """Perfect perception from a world sample: every road user's box at t0 with the velocity of its
+    recorded future over the first step (ego frame at t0); no drivable corridor (samples carry none)."""
+    times = np.asarray(sample.future_times, dtype=float)
+    obstacles = []
+    for xy, yaw, he in zip(sample.objects_future, sample.objects_yaw, sample.objects_half_extents):
+        v = (xy[1] - xy[0]) / max(times[1] - times[0], 1e-6)
+        # back from the first future point to t0 at that velocity
+        p0 = xy[0] - v * times[0]
+        obstacles.append(Obstacle(float(p0[0]), float(p0[1]), float(yaw[0]), 2.0 * float(he[0]), 2.0 * float(he[1]),
+                                  float(v[0]), float(v[1])))
+    return SafetyContext(v0=float(sample.observation.speed), obstacles=tuple(obstacles))
 
 
 def sample_scene(sample: Sample, plan: Plan | None, title: str = "") -> draw.Scene:

@@ -146,6 +146,31 @@ class Codec:
                     ok_all &= ok
             validity[path] = ok_all
 
+    # ================================================================ waypoints as tokens
+    def _waypoint_path(self) -> tuple[str, FieldSpec]:
+        for sec in self.schema.sections:
+            for f in sec.fields:
+                if f.type == "waypoints":
+                    return (f"{sec.name}.{f.name}" if not _single_value(sec) else sec.name), f
+        raise ValueError(f"schema {self.schema.name} has no waypoints field")
+
+    def waypoint_positions(self, k: int) -> list[int]:
+        """Output positions of waypoint k's tokens (both axes)."""
+        path, f = self._waypoint_path()
+        prefix = f"{path}.{k}."
+        return [i for name, i in self._slot_index.items() if name.startswith(prefix)]
+
+    def waypoint_tokens(self, k: int, xy: np.ndarray) -> dict[int, int]:
+        """Position -> token id spelling waypoint k at xy (clipped to the schema's range)."""
+        path, f = self._waypoint_path()
+        if not 0 <= k < f.count:
+            raise ValueError(f"waypoint index {k} outside 0..{f.count - 1}")
+        out: dict[int, int] = {}
+        for axis, spec in (("x", f.x), ("y", f.y)):
+            got, _ = _number_tokens(f"{path}.{k}.{axis}", spec, float(xy["xy".index(axis)]))
+            out.update({self._slot_index[name]: self.tok.id(token) for name, token in got.items()})
+        return out
+
     def to_text(self, ids: np.ndarray) -> str:
         """The token sequence as one readable line (scaffold and values)."""
         return " ".join(self.tok.decode(ids))

@@ -177,6 +177,8 @@ class MethodResult:
         r["planner_s_per_sim_s"] = sum(x.planner_s for x in self.runs) / sim_s if sim_s else float("nan")
         plans = [p for x in self.runs for p in x.plans]
         r["plan_ms"] = float(np.mean([p.compute_s for p in plans]) * 1e3) if plans else None
+        r["plan_ms_p50"] = float(np.percentile([p.compute_s for p in plans], 50) * 1e3) if plans else None
+        r["plan_ms_p90"] = float(np.percentile([p.compute_s for p in plans], 90) * 1e3) if plans else None
         r["latency_ms"] = float(np.mean([(p.k_apply - p.k_obs) * SIM_DT for p in plans]) * 1e3) if plans else None
         return r
 
@@ -204,7 +206,8 @@ def run_methods(factories: dict[str, DriverFactory | None], seeds: list[int], op
 
 
 COLUMNS = ["method", "pdms", "nc", "dac", "ep", "ttc", "comfort", "red_light_per_km", "stop_sign_per_km",
-           "route_compliance", "collisions_per_km", "mean_speed_mps", "episodes", "plan_ms", "latency_ms"]
+           "route_compliance", "collisions_per_km", "at_fault_collisions_per_km", "mean_speed_mps", "episodes",
+           "plan_ms_p50", "plan_ms_p90", "latency_ms"]
 
 
 def markdown(rows: list[dict]) -> str:

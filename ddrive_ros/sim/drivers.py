@@ -78,12 +78,22 @@ class _History:
 
 
 class ModelDriver:
-    """The learned planner in-process: the observation by the shared recipe from what it observed."""
+    """The learned planner in-process: the observation by the shared recipe from what it observed.
+    With `context_of`, each plan also gets the world's true obstacles and lanes (perfect perception)
+    for safety-guided reflection; building that context is not counted as planning time."""
 
-    def __init__(self, model: PlanningModel, restart: Callable[[], None] | None = None) -> None:
+    def __init__(self, model: PlanningModel, restart: Callable[[], None] | None = None,
+                 context_of: Callable[[ClosedLoopWorld], object] | None = None) -> None:
         self.model = model
         self.restart = restart  # e.g. Planner.restart_sampling: same seed, same rollouts per episode
         self.history = _History()
+        self.context_of = context_of
+        self.world: ClosedLoopWorld | None = None
+
+    def bind(self, world: ClosedLoopWorld) -> "ModelDriver":
+        """The episode's world (the run's driver factory calls this)."""
+        self.world = world
+        return self
 
     def begin_episode(self, seed: int) -> None:
         self.history = _History()
@@ -104,9 +114,40 @@ class ModelDriver:
 
     def plan(self, t: float) -> tuple[Plan, float]:
         obs = self.observation(t)
-        t0 = time.perf_counter()
-        plan = self.model.plan(obs)
+        if self.context_of is not None:
+            if self.world is None:
+                raise ValueError("ModelDriver with context_of needs bind(world) before planning")
+            context = self.context_of(self.world)
+            t0 = time.perf_counter()
+            plan = self.model.plan(obs, context)
+        else:
+            t0 = time.perf_counter()
+            plan = self.model.plan(obs)
         return plan, time.perf_counter() - t0
+
+
+class BestOfNDriver(ModelDriver):
+    """Oracle headroom: the planner's N rollouts, and the one that the safety check under perfect
+    perception (the world's true road users and lanes) rates best, ties to the longest progress;
+    the plan drives that rollout instead of the rollouts' mean. Privileged: not a planner to ship."""
+
+    def plan(self, t: float) -> tuple[Plan, float]:
+        from ddrive_ros.reflection import safety
+
+        plan, compute_s = super().plan(t)
+        if len(plan.rollouts) < 2:
+            raise ValueError("BestOfNDriver needs a planner with rollouts >= 2")
+        if self.world is None or self.context_of is None:
+            raise ValueError("BestOfNDriver needs context_of and bind(world)")
+        context = self.context_of(self.world)
+        meta = plan.meta
+        lon, lat = (meta.longitudinal, meta.lateral) if meta is not None else (None, None)
+        scored = [(safety.cost(safety.check(xy, OUTPUT_TIMES, context, lon, lat)), -float(np.linalg.norm(xy[-1])), i)
+                  for i, xy in enumerate(plan.rollouts)]
+        best = plan.rollouts[min(scored)[2]]
+        yaw, speed = path_yaw_speed(best, OUTPUT_TIMES, start_yaw=0.0, start_speed=float(context.v0))
+        plan.trajectory = to_trajectory_array(OUTPUT_TIMES, best, yaw, speed)
+        return plan, compute_s
 
 
 class ConstantVelocityDriver:

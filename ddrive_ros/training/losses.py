@@ -1,7 +1,13 @@
 """Dual-stream objective on one set of weights: L = 0.5 * L_AR + 0.5 * L_diffusion,
 section-weighted cross-entropy over labelled editable positions, logits restricted to the
 tokens allowed at each position (as decoding restricts them). Optional block distillation:
-symmetric Jensen-Shannon divergence to a smaller-block teacher on the same corrupted sequence."""
+symmetric Jensen-Shannon divergence to a smaller-block teacher on the same corrupted sequence.
+
+Repair (AutoEdit training): in the rows given `repair_ids`, the noisy stream's trajectory holds a
+perturbed expert trajectory, fully visible instead of masked, and every trajectory position the
+block can predict is supervised to the expert token (changed or not: keeping a right token is
+learnt as much as fixing a wrong one). This is the edit mode's input at inference; it costs no
+extra forward."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +27,7 @@ class LossParts:
     ar: float
     diffusion: float
     distill: float
+    repair: float = 0.0
 
 
 class DualStreamLoss:
@@ -40,6 +47,10 @@ class DualStreamLoss:
         same_block_prev[1:] = block[1:] == block[:-1]
         self.diffusable = same_block_prev.to(device)  # position j predicted inside its own noisy block
         self.mask_id = layout.tokenizer.mask_id
+        names = layout.schema.section_names
+        traj = names.index("trajectory") if "trajectory" in names else -1
+        self.trajectory = (torch.as_tensor(layout.section) == traj).to(device) & \
+            torch.as_tensor(layout.editable).to(device)
         # Ordinal soft targets for bin tokens: a bin one step off is nearly right, so the target is a
         # Gaussian over neighbouring bins (sigma in bins) instead of a one-hot. Digits stay one-hot.
         self.soft = None
@@ -66,16 +77,27 @@ class DualStreamLoss:
 
     def __call__(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
                  generator: torch.Generator, teacher: tuple[DrivingVLA, "DualStreamLoss"] | None = None,
-                 distill_weight: float = 0.0) -> LossParts:
+                 distill_weight: float = 0.0, repair_ids: torch.Tensor | None = None) -> LossParts:
+        """`repair_ids` (B, L): perturbed expert ids, or a negative id in rows that are not repair rows."""
         noisy, masked = corrupt(ids, labelled, self.layout, self.mask_id, generator)
+        repair_sel = None
+        if repair_ids is not None:
+            rows = (repair_ids >= 0).all(1, keepdim=True)
+            in_traj = rows & self.trajectory[None]
+            noisy = torch.where(in_traj, repair_ids.clamp_min(0), noisy)
+            masked = masked & ~in_traj
+            repair_sel = in_traj & labelled & self.diffusable[None]
         logits = model.forward_full(prompt, torch.cat([ids, noisy], 1), self.mask, self.action, self.positions)
         p, n = self.p, self.length
         editable = torch.as_tensor(self.layout.editable, device=ids.device)[None]
         ar = self._ce(logits[:, p - 1:p + n - 1], ids, labelled & editable)
         diff_logits = logits[:, p + n - 1:p + 2 * n - 1]
         diff_sel = masked & self.diffusable[None]
+        if repair_sel is not None:
+            diff_sel = diff_sel | repair_sel
         diff = self._ce(diff_logits, ids, diff_sel)
         total = 0.5 * ar + 0.5 * diff
+        repair = float(self._ce(diff_logits.detach(), ids, repair_sel)) if repair_sel is not None else 0.0
         js = torch.zeros(())
         if teacher is not None and distill_weight > 0:
             t_model, t_loss = teacher
@@ -84,7 +106,7 @@ class DualStreamLoss:
             sel = diff_sel & t_loss.diffusable[None]
             js = symmetric_js(diff_logits, t_logits[:, p + n - 1:p + 2 * n - 1], self.allowed, sel)
             total = total + distill_weight * js
-        return LossParts(total, float(ar), float(diff), float(js))
+        return LossParts(total, float(ar), float(diff), float(js), repair)
 
 
 def symmetric_js(student: torch.Tensor, teacher: torch.Tensor, allowed: torch.Tensor, select: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
@@ -20,9 +21,11 @@ from tqdm import tqdm
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.runtime.torch_backend import images_to_input
+from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.dataset import TensorData
 from ddrive_ros.training.losses import DualStreamLoss
+from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ class TrainConfig:
     data: dict[str, Any] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
     threads: int = 0
     init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
+    repair: float = 0.0  # fraction of batch rows trained to repair a perturbed trajectory (AutoEdit)
+    repair_spec: dict[str, Any] = field(default_factory=dict)  # RepairSpec fields (training/perturb.py)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -136,6 +141,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         for p in model.parameters():
             dist.broadcast(p.data, 0)
     stages = stage_boundaries(cfg)
+    repair_spec = RepairSpec.from_dict(cfg.repair_spec)
+    repair_rng = np.random.default_rng(cfg.seed * 7919 + rank)
     losses: dict[int, DualStreamLoss] = {}
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     teacher = None
@@ -158,7 +165,14 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
         bos = torch.full_like(nav, bundle.tokenizer.bos_id)
         prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)
-        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight)
+        repair_ids = None
+        if cfg.repair > 0:
+            rows = torch.from_numpy(repair_rng.random(ids.shape[0]) < cfg.repair)
+            codec = Codec(losses[bs].layout)
+            repair_ids = torch.full_like(ids, -1)
+            if rows.any():
+                repair_ids[rows] = perturbed_ids(ids[rows].cpu(), codec, repair_spec, repair_rng).to(ids.device)
+        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
         if distributed:
@@ -169,7 +183,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         history.append({"step": step, "block_size": bs, "loss": float(parts.total), "ar": parts.ar,
-                        "diffusion": parts.diffusion, "distill": parts.distill, "lr": lr_at(step, cfg)})
+                        "diffusion": parts.diffusion, "distill": parts.distill, "repair": parts.repair,
+                        "lr": lr_at(step, cfg)})
         bar.set_postfix(bs=bs, loss=f"{float(parts.total):.3f}")
         if rank == 0 and cfg.save_every and (step + 1) % cfg.save_every == 0:
             save_state(out, bundle, opt, step + 1, history)
@@ -191,8 +206,10 @@ def plot_losses(history: list[dict], path: Path) -> None:
         return
     steps = [h["step"] for h in history]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key in ("loss", "ar", "diffusion"):
-        vals = torch.tensor([h[key] for h in history])
+    for key in ("loss", "ar", "diffusion", "repair"):
+        if not any(h.get(key) for h in history):
+            continue
+        vals = torch.tensor([h.get(key, 0.0) for h in history])
         k = max(1, len(vals) // 50)
         smooth = torch.nn.functional.avg_pool1d(vals[None, None], k, 1, 0)[0, 0] if len(vals) > k else vals
         ax.plot(steps[: len(smooth)], smooth.tolist(), label=key)
