@@ -104,6 +104,50 @@ def test_parameters_take_effect_or_are_refused_with_a_reason(live):
     assert listener.plans[-1][1]["model"]["knobs"] == {"tau": 0.9, "steps": 1}
 
 
+def _boxes(listener: Listener, frame_id: str, xy: tuple[float, float]):
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    m = Marker()
+    m.header.frame_id = frame_id
+    m.header.stamp = listener.node.get_clock().now().to_msg()
+    m.type, m.action = Marker.CUBE, Marker.ADD
+    m.pose.position.x, m.pose.position.y = xy
+    m.pose.orientation.w = 1.0
+    m.scale.x, m.scale.y, m.scale.z = 4.5, 2.0, 1.5
+    return MarkerArray(markers=[m])
+
+
+def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(live):
+    """reflect=both at run time: plans carry the draft and the reflection's stats, diagnostics name the
+    mode; obstacles in the wrong frame are dropped and counted; an unknown mode is refused."""
+    from visualization_msgs.msg import MarkerArray
+
+    listener, node = live
+    pub = listener.node.create_publisher(MarkerArray, I.resolve(I.INPUT_OBSTACLES), 10)
+    result = listener.set_parameters(reflect="sometimes")[0]
+    assert not result.successful and "not one of" in result.reason
+    assert listener.set_parameters(reflect="both")[0].successful
+    t_set = time.monotonic()
+    for _ in range(10):  # the feed's clock is the wall clock: stamps are fresh
+        pub.publish(_boxes(listener, "base_link", (8.0, 0.0)))
+        pub.publish(_boxes(listener, "map", (8.0, 0.0)))
+        time.sleep(0.2)
+    got = listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
+                            "a reflected plan")
+    plan = got[-1]
+    reflect = plan["stats"]["reflect"]
+    assert reflect["modes"] == ["autoedit", "safety"] and "safe" in reflect and "violations_after" in reflect
+    assert len(plan["draft_waypoints"]) == len(plan["waypoints"])
+    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
+                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
+    assert planning[2]["reflect"] == "both"
+    inputs = listener.wait_for(lambda: [st["inputs"] for t, st in listener.diagnostics
+                                        if t > t_set + 1.0 and "inputs" in st], 10, "diagnostics")[-1]
+    assert int(inputs[2]["dropped/obstacles_frame"]) >= 1
+    assert listener.set_parameters(reflect="off")[0].successful
+    listener.node.destroy_publisher(pub)
+
+
 def test_hung_planner_fallback_and_error_then_recovery(live):
     listener, node = live
     n_plans = len(listener.plans)

@@ -67,6 +67,29 @@ def msg_class(msgtype: str):
     return getattr(importlib.import_module(f"{pkg}.msg"), name)
 
 
+# ------------------------------------------------------------------ obstacles
+def markers_to_obstacles(msg: Any, ego_frame_id: str) -> tuple[float, list[tuple[float, ...]]]:
+    """visualization_msgs/MarkerArray of CUBE markers in the ego frame -> (newest stamp, boxes
+    (x, y, yaw, length, width)). Other marker types (text, arrows, DELETEALL) are skipped; a box in
+    another frame, or with a non-finite pose or non-positive size, makes the whole message invalid."""
+    cube, delete_all = 1, 3
+    stamp, boxes = 0.0, []
+    for m in msg.markers:
+        if int(m.action) == delete_all or int(m.type) != cube:
+            continue
+        if m.header.frame_id != ego_frame_id:
+            raise InvalidMessage("obstacles_frame", f"box {m.ns}/{m.id} in frame {m.header.frame_id!r}, "
+                                                    f"expected the ego frame {ego_frame_id!r}")
+        p, q = m.pose.position, m.pose.orientation
+        vals = (p.x, p.y, q.x, q.y, q.z, q.w, m.scale.x, m.scale.y)
+        if not all(math.isfinite(v) for v in vals) or m.scale.x <= 0 or m.scale.y <= 0:
+            raise InvalidMessage("bad_obstacle", f"box {m.ns}/{m.id}: non-finite pose or non-positive size")
+        yaw = quaternion_to_yaw(q.x, q.y, q.z, q.w) if q.x * q.x + q.y * q.y + q.z * q.z + q.w * q.w > 1e-12 else 0.0
+        boxes.append((float(p.x), float(p.y), float(yaw), float(m.scale.x), float(m.scale.y)))
+        stamp = max(stamp, stamp_to_sec(m.header.stamp))
+    return stamp, boxes
+
+
 # ------------------------------------------------------------------ odometry
 def odometry_to_state(msg: Any) -> tuple[float, float, float, float, float, float]:
     """nav_msgs/Odometry -> (t, x, y, yaw, v, yaw_rate); twist is in the body frame (child_frame_id)."""

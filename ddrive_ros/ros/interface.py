@@ -13,6 +13,7 @@ NODE_NAME = "ddrive_planner"
 
 INPUT_ODOMETRY = "~/input/odometry"  # nav_msgs/Odometry
 INPUT_NAVIGATION = "~/input/navigation"  # std_msgs/String
+INPUT_OBSTACLES = "~/input/obstacles"  # visualization_msgs/MarkerArray, CUBE boxes in the ego frame (optional)
 OUTPUT_PATH = "~/output/path"  # nav_msgs/Path
 OUTPUT_TRAJECTORY = "~/output/trajectory"  # autoware_planning_msgs/Trajectory, only when importable
 OUTPUT_PLAN = "~/output/plan"  # std_msgs/String, JSON of the whole plan

@@ -6,7 +6,7 @@ import numpy as np
 from ddrive_ros.plan import meta_text
 from ddrive_ros.ros.convert import to_stamp
 
-NS_TRAJECTORY, NS_WAYPOINTS, NS_ROLLOUTS, NS_TEXT = "trajectory", "waypoints", "rollouts", "meta"
+NS_TRAJECTORY, NS_WAYPOINTS, NS_ROLLOUTS, NS_TEXT, NS_DRAFT = "trajectory", "waypoints", "rollouts", "meta", "draft"
 
 
 def speed_color(v: float, v_max: float = 15.0) -> tuple[float, float, float]:
@@ -18,8 +18,10 @@ def speed_color(v: float, v_max: float = 15.0) -> tuple[float, float, float]:
 
 
 def plan_markers(trajectory: np.ndarray, waypoints: np.ndarray | None, rollouts: list[np.ndarray] | None,
-                 meta: dict | None, stamp: float, frame_id: str, fallback: bool = False, lifetime_s: float = 0.0):
-    """Markers that expire after `lifetime_s` (0: never), so a dead node's plan disappears from RViz."""
+                 meta: dict | None, stamp: float, frame_id: str, fallback: bool = False, lifetime_s: float = 0.0,
+                 draft: np.ndarray | None = None):
+    """Markers that expire after `lifetime_s` (0: never), so a dead node's plan disappears from RViz.
+    `draft`: the waypoints before reflection, drawn as a thin orange line under the plan."""
     from geometry_msgs.msg import Point
     from std_msgs.msg import ColorRGBA
     from visualization_msgs.msg import Marker, MarkerArray
@@ -61,6 +63,14 @@ def plan_markers(trajectory: np.ndarray, waypoints: np.ndarray | None, rollouts:
         thin.color = ColorRGBA(r=0.6, g=0.6, b=1.0, a=0.6)
         thin.points = [Point(x=float(x), y=float(y), z=0.05) for x, y in np.asarray(roll, dtype=float)[:, :2]]
         out.markers.append(thin)
+
+    if draft is not None and len(draft):
+        line = base(NS_DRAFT, 0, Marker.LINE_STRIP)
+        line.scale.x = 0.12
+        line.color = ColorRGBA(r=1.0, g=0.5, b=0.0, a=0.9)
+        line.points = [Point(x=0.0, y=0.0, z=0.08)] + [Point(x=float(x), y=float(y), z=0.08)
+                                                       for x, y in np.asarray(draft, dtype=float)[:, :2]]
+        out.markers.append(line)
 
     text = base(NS_TEXT, 0, Marker.TEXT_VIEW_FACING)
     text.pose.position.z = 3.0

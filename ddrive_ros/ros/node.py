@@ -44,6 +44,7 @@ from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
 
 from ddrive_ros.observation import CAMERAS, Observation
+from ddrive_ros.reflection.safety import Obstacle, SafetyContext
 from ddrive_ros.observation_recipe import to_model_size
 from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
@@ -58,6 +59,7 @@ P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s")
 KNOB_PARAMS = ("tau", "steps")
+REFLECT_PARAMS = ("reflect", "autoedit_tau", "safety_rounds")
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -124,6 +126,7 @@ class PlannerCore:
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
             p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"))
+        self._apply_reflect_params()
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
         if self.model_info.get("random_weights"):
@@ -145,6 +148,9 @@ class PlannerCore:
         self.ticks = self.skipped_ticks = self.no_new_set = self.plans = self.fallback_plans = 0
         self.plan_errors = self.late_plans_dropped = self.fallback_expired = self.warming_up = self.catch_ups = 0
         self.last_latency: dict[str, float] = {}
+        self.obstacles: tuple[float, list[tuple[float, ...]]] | None = None  # newest stamp, ego-frame boxes
+        self.unsafe_plans = self.reflect_edits = self.stale_obstacles = 0
+        self.last_reflect: dict[str, Any] = {}
         self.image_decode_ms = 0.0
         self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0, pose of the last real plan
         self._last_stamp: float | None = None  # input stamp of the last observation handed to the worker
@@ -203,6 +209,9 @@ class PlannerCore:
         self.topics["odometry"] = self.resolve_topic_name(I.INPUT_ODOMETRY)
         # best effort matches reliable and best-effort publishers alike; depth covers 50 Hz between ticks
         self._planner_subs.append(self.create_subscription(Odometry, I.INPUT_ODOMETRY, self._on_odom, sensor_qos(50)))
+        self.topics["obstacles"] = self.resolve_topic_name(I.INPUT_OBSTACLES)
+        self._planner_subs.append(self.create_subscription(MarkerArray, I.INPUT_OBSTACLES, self._on_obstacles,
+                                                           sensor_qos(2)))
         self._make_timer("planning", p("planning_rate_hz"), self._on_tick)
         self._make_timer("diagnostics", p("diagnostics_rate_hz"), self._publish_diagnostics)
         self._active = True
@@ -252,6 +261,8 @@ class PlannerCore:
                 self.sync.config.history_s = self._p("frame_history_s")
             for st in self.stamps.values():
                 st.max_delay_s = self._p("max_input_age_s")
+        if names & set(REFLECT_PARAMS):
+            self._apply_reflect_params()  # the worker reads the options once per plan
         if names & set(KNOB_PARAMS):
             from ddrive_ros.decoding.strategies import make_strategy
             from ddrive_ros.ros.model import decoder_knobs
@@ -331,6 +342,38 @@ class PlannerCore:
         self.stamps["odometry"].tick(state[0], self._now())
         with self._lock:
             self.sync.add_odometry(OdomSample(*state))
+
+    def _on_obstacles(self, msg: MarkerArray) -> None:
+        self.received["obstacles"] += 1
+        try:
+            stamp, boxes = convert.markers_to_obstacles(msg, self.ego_frame_id)
+        except convert.InvalidMessage as e:
+            self._drop(e.reason, self.topics["obstacles"], str(e))
+            return
+        with self._lock:
+            self.obstacles = (stamp, boxes)
+
+    def _safety_context(self, obs: Observation) -> SafetyContext | None:
+        """The reflection's context: the ego speed, and the obstacles when they are fresh (no older
+        than max_input_age_s against the observation); stale obstacles are left out and counted."""
+        if self.planner.options.reflect not in ("safety", "both"):
+            return None
+        with self._lock:
+            got = self.obstacles
+        boxes = ()
+        if got is not None:
+            stamp, raw = got
+            if abs(obs.stamp - stamp) <= self._p("max_input_age_s"):
+                boxes = tuple(Obstacle(x, y, yaw, length, width) for x, y, yaw, length, width in raw)
+            else:
+                self.stale_obstacles += 1
+        return SafetyContext(v0=float(obs.speed), obstacles=boxes)
+
+    def _apply_reflect_params(self) -> None:
+        opt = self.planner.options
+        opt.reflect, opt.autoedit_tau, opt.safety_rounds = (self._p("reflect"), self._p("autoedit_tau"),
+                                                            self._p("safety_rounds"))
+        self.model_info["reflect"] = opt.reflect
 
     def _on_nav(self, msg: String) -> None:
         self.received["navigation"] += 1
@@ -431,7 +474,7 @@ class PlannerCore:
 
     def _plan_and_publish(self, obs: Observation, handed: float, started: float) -> bool:
         t0 = time.perf_counter()
-        plan = self.planner.plan(obs)
+        plan = self.planner.plan(obs, self._safety_context(obs))
         t1 = time.perf_counter()
         if time.monotonic() - started > self.watchdog.timeout_s:
             # the watchdog already sent the fallback for this plan: its input is too old to publish
@@ -443,6 +486,11 @@ class PlannerCore:
         latency.update(queue=round((t0 - handed) * 1e3, 3), plan=round((t1 - t0) * 1e3, 3))
         traj = plan.trajectory
         doc = plan.to_json_dict()
+        reflect = plan.stats.reflect if plan.stats else {}
+        if reflect:
+            self.last_reflect = reflect
+            self.reflect_edits += int(reflect.get("edited_tokens", 0))
+            self.unsafe_plans += int(reflect.get("safe") is False)
         meta = doc.get("future_meta_behavior")
         latency["image_decode"] = round(self.image_decode_ms, 3)
         pose = obs.meta.get("odom_pose")
@@ -486,8 +534,11 @@ class PlannerCore:
         self.pub_path.publish(convert.trajectory_to_path(out_traj, stamp, frame_id))
         self.pub_plan.publish(convert.json_string(doc))
         self.pub_meta.publish(convert.json_string({"stamp": stamp, "fallback": fallback, **(meta or {})}))
+        draft = doc.get("draft_waypoints")
+        if draft is not None and self.output_frame == "odom":
+            draft = convert.points_to_frame(np.asarray(draft), pose)
         self.pub_markers.publish(plan_markers(out_traj, waypoints, rollouts, meta, stamp, frame_id, fallback,
-                                              lifetime_s=max(1.0, 3.0 / self._p("planning_rate_hz"))))
+                                              lifetime_s=max(1.0, 3.0 / self._p("planning_rate_hz")), draft=draft))
         if self.pub_autoware is not None:
             self.pub_autoware.publish(convert.trajectory_to_autoware(out_traj, stamp, frame_id))
 
@@ -547,7 +598,11 @@ class PlannerCore:
         else:
             inputs = Status(0, "inputs fresh", values)
 
-        values = {"plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
+        values = {"reflect": self._p("reflect"), "reflect_edited_tokens": self.reflect_edits,
+                  "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,
+                  "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
+                                                      for k in row})) or "none",
+                  "plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
                   "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "fallback_plans": self.fallback_plans,
                   "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
                   "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,

@@ -60,6 +60,15 @@ PARAMETERS: dict[str, Spec] = {
     "tau": Spec(0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders", range=(0.0, 1.0)),
     "steps": Spec(0, P.PARAMETER_INTEGER, "fixed denoising forwards per block (diffusion); 0 = by threshold",
                   range=(0, 64)),
+    # ---- reflection (the next plan uses them)
+    "reflect": Spec(_OPT.reflect, P.PARAMETER_STRING,
+                    "after the draft: off | autoedit (the model rewrites its own trajectory tokens) | safety (check "
+                    "kinematics, meta and ~/input/obstacles; repair by anchors + inpainting) | both",
+                    choices=("off", "autoedit", "safety", "both")),
+    "autoedit_tau": Spec(_OPT.autoedit_tau, P.PARAMETER_DOUBLE,
+                         "AutoEdit rewrites a drafted token less than this times as likely as its prediction",
+                         range=(0.0, 1.0)),
+    "safety_rounds": Spec(_OPT.safety_rounds, P.PARAMETER_INTEGER, "anchor search + inpainting rounds", range=(1, 10)),
     # ---- inputs (subscriptions and buffers: read-only)
     "camera_type": Spec("raw", P.PARAMETER_STRING,
                         "raw: subscribe ~/input/camera/<cam>/image (Image); compressed: .../image/compressed",
