@@ -178,3 +178,17 @@ def test_repair_trained_model_moves_perturbed_tokens_back_towards_the_expert():
         before.append(int((bad != expert).sum()))
         after.append(int((edited != expert).sum()))
     assert sum(after) < 0.8 * sum(before), (before, after)
+
+
+def test_eval_and_sim_add_one_row_per_reflect_mode():
+    from ddrive_ros.commands.sim import chosen_methods
+    from ddrive_ros.evaluation.evaluate import evaluate
+
+    rows = evaluate("trajectory_only_tiny", episodes=2, seed=777, methods="speculative", reflect="off,autoedit,safety")
+    names = [r["method"] for r in rows]
+    assert names[-3:] == ["speculative", "speculative+autoedit", "speculative+safety"]
+    assert rows[-2]["reflect_forwards_per_plan"] == 1.0 and rows[-3].get("edited_tokens_per_plan") is None
+    methods = chosen_methods("speculative,oracle", None, 1, "off,both")
+    assert methods["speculative+both"] == ("speculative", 1, "both") and methods["oracle best of N=4"][2] == "oracle"
+    with pytest.raises(ValueError, match="--reflect"):
+        chosen_methods("speculative", None, 1, "sometimes")

@@ -20,6 +20,7 @@ from ddrive_ros.camera import CameraModel
 PLAN = (235, 50, 50)
 TRUTH = (40, 200, 40)
 ROLLOUT = (120, 160, 255)
+DRAFT = (255, 140, 0)
 WAYPOINT = (255, 190, 0)
 AGENT = (170, 170, 170)
 LANE = (85, 85, 85)
@@ -51,6 +52,7 @@ class Scene:
     plan: np.ndarray | None = None  # (K, 2)
     truth: np.ndarray | None = None  # (K, 2) expert / recorded future
     rollouts: Sequence[np.ndarray] = ()
+    draft: np.ndarray | None = None  # (K, 2) the plan before reflection (orange, dashed look: thin)
     waypoints: np.ndarray | None = None  # (M, 2) decoded waypoints
     agents: Sequence[Box] = ()
     lanes: Sequence[np.ndarray] = ()  # polylines (N, 2)
@@ -83,6 +85,8 @@ def bev(scene: Scene, size: int = 320, forward_m: float = 60.0) -> np.ndarray:
         cv2.polylines(img, [px(np.vstack([[0, 0], scene.truth]))], False, TRUTH, 2, cv2.LINE_AA)
     for r in scene.rollouts:
         cv2.polylines(img, [px(np.vstack([[0, 0], np.asarray(r)[:, :2]]))], False, ROLLOUT, 1, cv2.LINE_AA)
+    if scene.draft is not None and len(scene.draft):
+        cv2.polylines(img, [px(np.vstack([[0, 0], np.asarray(scene.draft)[:, :2]]))], False, DRAFT, 2, cv2.LINE_AA)
     if scene.plan is not None and len(scene.plan):
         cv2.polylines(img, [px(np.vstack([[0, 0], scene.plan]))], False, PLAN, 2, cv2.LINE_AA)
     if scene.waypoints is not None:
