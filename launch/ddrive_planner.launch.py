@@ -26,7 +26,8 @@ def generate_launch_description():
         "camera_type": ParameterValue(arg("camera_type"), value_type=str),
         "use_sim_time": ParameterValue(arg("use_sim_time"), value_type=bool),
     }]
-    remappings = [("~/input/odometry", arg("odometry")), ("~/input/navigation", arg("navigation"))]
+    remappings = [("~/input/odometry", arg("odometry")), ("~/input/navigation", arg("navigation")),
+                  ("~/input/obstacles", arg("obstacles"))]
     for cam in CAMERAS:
         remappings.append((f"~/input/camera/{cam}/image", arg(f"camera_{cam}")))
         remappings.append((f"~/input/camera/{cam}/image/compressed", arg(f"camera_{cam}_compressed")))
@@ -47,6 +48,8 @@ def generate_launch_description():
         DeclareLaunchArgument("odometry", default_value="/odom", description="nav_msgs/Odometry"),
         DeclareLaunchArgument("navigation", default_value="/navigation/command",
                               description="std_msgs/String navigation command"),
+        DeclareLaunchArgument("obstacles", default_value="/perception/obstacle_boxes",
+                              description="visualization_msgs/MarkerArray CUBE boxes in the ego frame (reflect: safety)"),
         Node(executable="ddrive_planner", condition=UnlessCondition(arg("managed")), **common),
         LifecycleNode(executable="ddrive_planner_managed", condition=IfCondition(arg("managed")), **common),
     ])

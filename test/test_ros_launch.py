@@ -27,7 +27,7 @@ LAUNCH_PY = ROOT / "launch" / "ddrive_planner.launch.py"
 LAUNCH_YAML = ROOT / "launch" / "ddrive_planner.launch.yaml"
 PARAMS = ROOT / "config" / "planner.yaml"
 BUILTIN = {"use_sim_time"}
-INPUTS = {I.camera_input(c, z) for c in CAMERAS for z in (False, True)} | {I.INPUT_ODOMETRY, I.INPUT_NAVIGATION}
+INPUTS = {I.camera_input(c, z) for c in CAMERAS for z in (False, True)} | {I.INPUT_ODOMETRY, I.INPUT_NAVIGATION, I.INPUT_OBSTACLES}
 
 
 class _Recorded:
