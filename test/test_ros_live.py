@@ -123,7 +123,9 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     from visualization_msgs.msg import MarkerArray
 
     listener, node = live
-    pub = listener.node.create_publisher(MarkerArray, I.resolve(I.INPUT_OBSTACLES), 10)
+    from ddrive_ros.bags import topics as T
+
+    pub = listener.node.create_publisher(MarkerArray, T.TOPIC_OBSTACLES, 10)  # the node is started with bag_remaps
     result = listener.set_parameters(reflect="sometimes")[0]
     assert not result.successful and "not one of" in result.reason
     assert listener.set_parameters(reflect="both")[0].successful

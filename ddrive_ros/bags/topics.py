@@ -11,6 +11,7 @@ TF_MESSAGE = "tf2_msgs/msg/TFMessage"
 
 TOPIC_ODOM = "/odom"
 TOPIC_NAV = "/navigation/command"
+TOPIC_OBSTACLES = "/perception/obstacle_boxes"  # visualization_msgs/MarkerArray, optional (reflect: safety)
 TOPIC_LABELS = "/ddrive/labels"  # JSON of the label plan sections, stamped with the camera frame
 TOPIC_EPISODE = "/ddrive/episode"  # JSON {"event": "start" | "end", "episode", "seed", ...}
 TOPIC_TF_STATIC = "/tf_static"

@@ -45,6 +45,7 @@ def bag_remaps(compressed: bool) -> dict[str, str]:
     remaps = {camera_input(cam, compressed): T.image_topic(cam, compressed) for cam in CAMERAS}
     remaps[INPUT_ODOMETRY] = T.TOPIC_ODOM
     remaps[INPUT_NAVIGATION] = T.TOPIC_NAV
+    remaps[INPUT_OBSTACLES] = T.TOPIC_OBSTACLES
     return remaps
 
 
