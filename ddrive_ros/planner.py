@@ -36,6 +36,10 @@ class Planner:
         self.codec = Codec(self.layout)
         self.strategy = make_strategy(opt.decoder, **opt.knobs)
         make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
+        if opt.reflect in ("autoedit", "both") and uses_block_size_one(opt.decoder):
+            raise ValueError(f"reflect={opt.reflect} needs a block decoder: AutoEdit reads a drafted block in one "
+                             f"bidirectional forward, and {opt.decoder} runs on one-token blocks (its greedy plan "
+                             f"equals speculative's: use decoder speculative)")
         from ddrive_ros.runtime.factory import make_backend
 
         dtype = getattr(torch, opt.dtype)

@@ -153,6 +153,8 @@ def test_the_planner_reports_reflection_in_the_plan_json():
     assert reflect["modes"] == ["autoedit", "safety"] and "violations_after" in reflect and "safe" in reflect
     with pytest.raises(ValueError, match="reflect mode"):
         _random_planner("fast_ddrive", reflect="sometimes")
+    with pytest.raises(ValueError, match="block decoder"):
+        _random_planner("fast_ddrive", decoder="ar", reflect="autoedit")
 
 
 def test_repair_trained_model_moves_perturbed_tokens_back_towards_the_expert():

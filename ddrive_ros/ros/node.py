@@ -245,6 +245,9 @@ class PlannerCore:
     def _on_set_parameters(self, params: list[Parameter]) -> SetParametersResult:
         for param in params:
             reason = check(as_declared_type(param))
+            if not reason and param.name == "reflect" and param.value in ("autoedit", "both") and \
+                    self._p("decoder") == "ar":
+                reason = "reflect autoedit/both needs a block decoder; decoder ar runs on one-token blocks"
             if reason:
                 return SetParametersResult(successful=False, reason=reason)
         return SetParametersResult(successful=True)
@@ -371,6 +374,8 @@ class PlannerCore:
 
     def _apply_reflect_params(self) -> None:
         opt = self.planner.options
+        if self._p("reflect") in ("autoedit", "both") and self._p("decoder") == "ar":
+            raise ValueError("reflect autoedit/both needs a block decoder; decoder ar runs on one-token blocks")
         opt.reflect, opt.autoedit_tau, opt.safety_rounds = (self._p("reflect"), self._p("autoedit_tau"),
                                                             self._p("safety_rounds"))
         self.model_info["reflect"] = opt.reflect
