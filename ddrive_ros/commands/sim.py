@@ -164,14 +164,14 @@ def run(args: argparse.Namespace) -> int:
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
             if args.ros and reflect == "oracle":
                 raise ValueError("the oracle row needs the world's true road users: drive it in-process")
-            if args.ros and reflect != "off":
+            if args.ros and reflect in ("safety", "both"):
                 raise ValueError("--ros drives the node, whose obstacles input is not bridged from the world yet: "
-                                 "use --reflect off with --ros, or drive in-process")
+                                 "use --reflect off or autoedit with --ros, or drive safety in-process")
             if args.ros:
                 from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
 
                 bridge = NodeBridge(NodeBridgeOptions(
-                    checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n,
+                    checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
                     domain_id=None if args.domain_id is None else args.domain_id + i,
                     log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
                 bridges.append(bridge)
