@@ -78,11 +78,13 @@ class Planner:
         draws the same rollouts whatever ran before it."""
         self._plans = 0
 
+    def _nav(self, obs: Observation) -> torch.Tensor:
+        return torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
+
     def prompt_for(self, obs: Observation) -> torch.Tensor:
         """The prompt embeddings of an observation (what `plan` decodes from)."""
         obs.validate()
-        nav = torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
-        return self.backend.prompt(self._images(obs.images), self._ego(obs), self.bos, nav)
+        return self.backend.prompt(self._images(obs.images), self._ego(obs), self.bos, self._nav(obs))
 
     # ------------------------------------------------------------------ plan
     def plan(self, obs: Observation, context: SafetyContext | None = None) -> Plan:
@@ -92,7 +94,7 @@ class Planner:
         t0 = time.perf_counter()
         images = self._images(obs.images)
         ego = self._ego(obs)
-        nav = torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
+        nav = self._nav(obs)
         t1 = time.perf_counter()
         prompt = self.backend.prompt(images, ego, self.bos, nav)
         t2 = time.perf_counter()

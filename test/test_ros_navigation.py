@@ -27,13 +27,11 @@ def _nav_in_diagnostics(listener: Listener) -> str | None:
 
 
 def _publisher(listener: Listener, durability: str):
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
     from std_msgs.msg import String
 
-    qos = QoSProfile(reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST, depth=1,
-                     durability=DurabilityPolicy.TRANSIENT_LOCAL if durability == "transient_local"
-                     else DurabilityPolicy.VOLATILE)
-    return listener.node.create_publisher(String, T.TOPIC_NAV, qos), String
+    from ddrive_ros.ros.node import navigation_qos  # the node's own profile: the publisher matches it
+
+    return listener.node.create_publisher(String, T.TOPIC_NAV, navigation_qos(durability)), String
 
 
 @pytest.mark.parametrize("durability", ["volatile", "transient_local"])

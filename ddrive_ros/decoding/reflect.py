@@ -99,20 +99,19 @@ class SafetyReflect:
     def __call__(self, backend: Backend, layout: Layout, out: torch.Tensor, start: TrajectoryStart,
                  strategy: Strategy, stats: DecodeStats) -> torch.Tensor:
         forwards0 = stats.forwards
-        checked = self._check(out)
         best = out.clone()
-        best_cost = [c for _, _, c in checked]
-        first = [sorted({v.kind for v in vs}) for _, vs, _ in checked]
+        best_rows = self._check(best)  # (plan, violations, cost) of each row's best so far
+        first = [sorted({v.kind for v in vs}) for _, vs, _ in best_rows]
         traj_editable = torch.zeros(out.shape[1], dtype=torch.bool, device=out.device)
         for block in start.blocks:
             traj_editable[block.start:block.end] = start.masks.blocks[block.index].editable[: block.length]
         template = start.masks.template.to(out.device)
         rounds = 0
-        while rounds < self.rounds and any(c > 0 for c in best_cost):
+        while rounds < self.rounds and any(c > 0 for _, _, c in best_rows):
             pinned = traj_editable[None].expand(out.shape[0], -1).clone()  # rows left as they are
             x = best.clone()
             anchored = 0
-            for r, (plan, violations, c) in enumerate(self._check(best)):
+            for r, (plan, violations, c) in enumerate(best_rows):
                 if c <= 0 or not violations:
                     continue
                 worst = max(violations, key=lambda v: safety.cost([v]))
@@ -138,10 +137,10 @@ class SafetyReflect:
             for block in start.blocks:
                 carry = decode_block(backend, layout, start.masks, x, block, carry, strategy, start.temperature,
                                      start.generator, stats, pinned)
-            for r, (_, _, c) in enumerate(self._check(x)):
-                if c < best_cost[r]:
-                    best[r], best_cost[r] = x[r], c
-        after = self._check(best)
+            for r, row in enumerate(self._check(x)):
+                if row[2] < best_rows[r][2]:
+                    best[r], best_rows[r] = x[r], row
+        after = best_rows
         stats.reflect.setdefault("modes", []).append(self.name)
         stats.reflect.update(
             violations_before=first, violations_after=[sorted({v.kind for v in vs}) for _, vs, _ in after],
