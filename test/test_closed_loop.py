@@ -128,3 +128,35 @@ def test_open_loop_pdm_navsim_protocol_expert_future_scores_one_constant_velocit
     moving = next(s for s in samples if s.future_xy[-1, 0] > 20.0)
     stand = open_loop_pdm(np.zeros_like(moving.future_xy), times, moving)
     assert stand.ep < 0.5 and stand.progress_m < 0.5 * open_loop_pdm(moving.future_xy, times, moving).progress_m
+
+
+def test_a_plan_scored_in_a_fork_leaves_the_world_as_it_was_and_ranks_plans_like_the_scorer():
+    """The oracle's scorer: the fork is independent of the world; the expert's own next 4 s score
+    full marks, standing still loses progress, a plan off the road loses drivable area."""
+    from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+    from ddrive_ros.sim.fork_score import expert_progress, fork, score_in_fork
+    from ddrive_ros.trajectory import world_to_ego
+
+    world = ClosedLoopWorld(777, 10.0)
+    world.drive_expert_until(world.start_step + 10)
+    k, snapshot = world.k, (world.ego_xy.copy(), world.agent_xy.copy(), world.traffic.v.copy())
+    ahead = fork(world)
+    ahead.drive_expert_until(k + 80)  # the expert's next 4 s, in a fork
+    assert world.k == k and np.array_equal(world.ego_xy, snapshot[0]) and np.array_equal(world.agent_xy, snapshot[1])
+    assert np.array_equal(world.traffic.v, snapshot[2])
+    times = np.arange(1, 9) * 0.5
+    steps = k + np.round(times / 0.05).astype(int)
+    expert_xy = world_to_ego(ahead.ego_xy[steps], ahead.ego_xy[k], float(ahead.ego_yaw[k]))
+
+    def traj(xy):
+        return np.column_stack([times, xy, np.zeros(len(times)), np.zeros(len(times))])
+
+    reference = expert_progress(world)
+    assert reference > 5.0
+    good = score_in_fork(world, traj(expert_xy), reference)
+    still = score_in_fork(world, traj(np.zeros_like(expert_xy)), reference)
+    off = score_in_fork(world, traj(expert_xy + np.column_stack([np.zeros(8), np.linspace(2, 30, 8)])), reference)
+    assert good.nc == 1.0 and good.dac == 1.0 and good.ep > 0.9, good
+    assert still.ep < 0.5 and still.pdms < good.pdms  # it brakes to a stop: a few metres
+    assert off.dac == 0.0 and off.pdms == 0.0
+    assert world.k == k and np.array_equal(world.ego_xy, snapshot[0])

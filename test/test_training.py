@@ -71,3 +71,44 @@ def test_schedule_warms_up_then_decays_and_curriculum_grows_block_size():
     stages = stage_boundaries(cfg)
     sizes = [block_size_at(s, stages) for s in range(100)]
     assert sizes == sorted(sizes) and sizes[0] == 1 and sizes[-1] == 32
+
+
+def test_trainable_patterns_freeze_everything_else_and_a_typo_is_an_error(world_samples, tmp_path):
+    """Training only the Action Expert leaves every other weight bit for bit as it was, so the sections
+    before the trajectory (predicted by frozen weights) cannot change."""
+    bundle = ckpt.build_random("tiny", "fast_ddrive", block_size=32, seed=1)
+    before = {n: p.detach().clone() for n, p in bundle.model.named_parameters()}
+    data = tensorize(world_samples, Codec(Layout(bundle.schema, bundle.tokenizer, 32)), bundle.config)
+    cfg = TrainConfig(model="tiny", schema="fast_ddrive", out=str(tmp_path / "m"), steps=3, batch_size=4, lr=3e-3,
+                      warmup=1, curriculum=[[32, 1.0]], save_every=0, repair=0.5, repair_own=0.5,
+                      trainable=["backbone.layers.*.action_ffn.*", "backbone.action_head.*"])
+    bundle, _ = train(cfg, data, bundle, resume=False, progress=False)
+    changed = {n for n, p in bundle.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".action_ffn." in n or n.startswith("backbone.action_head.") for n in changed), changed
+    cfg.trainable = ["backbone.action_expert.*"]
+    with pytest.raises(ValueError, match="matches no parameter"):
+        train(cfg, data, ckpt.build_random("tiny", "fast_ddrive", block_size=32), resume=False, progress=False)
+
+
+def test_own_drafts_replace_only_labelled_trajectory_tokens_with_allowed_tokens(world_samples):
+    from ddrive_ros.runtime.torch_backend import images_to_input
+    from ddrive_ros.training.losses import DualStreamLoss
+
+    bundle = ckpt.load("trajectory_only_tiny")
+    layout = Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size)
+    data = tensorize(world_samples, Codec(layout), bundle.config)
+    images, ego, nav, ids, labelled = data.batch(torch.arange(min(4, len(data))))
+    model = bundle.model
+    with torch.no_grad():
+        prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego,
+                                     torch.full_like(nav, bundle.tokenizer.bos_id), nav)
+    loss = DualStreamLoss(layout, bundle.config.prompt_len, bin_sigma=1.5)
+    gen = torch.Generator().manual_seed(0)
+    sampled = loss.own_drafts(model, prompt, ids, labelled, gen, temperature=1.0)
+    greedy = loss.own_drafts(model, prompt, ids, labelled, gen, temperature=0.0)
+    in_traj = loss.trajectory[None] & labelled
+    for drafts in (sampled, greedy):
+        assert torch.equal(drafts[~in_traj], ids[~in_traj])  # scaffold and everything else untouched
+        assert loss.allowed[torch.arange(ids.shape[1])[None].expand_as(ids)[in_traj], drafts[in_traj]].all()
+    # a trained model's greedy draft is close to the expert; sampling at T=1 makes more (and other) errors
+    assert (greedy[in_traj] != ids[in_traj]).float().mean() < (sampled[in_traj] != ids[in_traj]).float().mean()

@@ -23,7 +23,7 @@ LEARNED = {
     "speculative": ("speculative", 1, "off"),
     "s2d2": ("s2d2", 1, "off"),
     "speculative N=4": ("speculative", 4, "off"),
-    # privileged headroom: the best of 4 rollouts by the safety check with the world's true road users
+    # privileged headroom: the best of 4 rollouts by the PDM scorer, each driven 4 s in a copy of the world
     "oracle best of N=4": ("speculative", 4, "oracle"),
 }
 REFLECT_MODES = ("off", "autoedit", "safety", "both")
@@ -44,7 +44,7 @@ def register(sub) -> None:
     p.add_argument("--rollouts", type=int, default=1, help="trajectory rollouts of the --decoder row")
     p.add_argument("--methods", default="default",
                    help="comma-separated rows: expert, cv, idm, ar, diffusion, speculative, s2d2, speculative_n4, oracle "
-                        "(best of 4 rollouts by the safety check with the world's true road users: privileged headroom); "
+                        "(best of 4 rollouts by the PDM scorer, each driven 4 s in a copy of the world: privileged headroom); "
                         "'default' = expert, cv, idm, speculative, speculative_n4 (20 episodes in minutes on 2 cores); "
                         "'all' = every decoder too")
     p.add_argument("--reflect", default="off",
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
                                                          reflect="off" if oracle else reflect))
                 warm_up(planner)
                 context_of = None
-                if reflect in ("safety", "both", "oracle"):
+                if reflect in ("safety", "both"):
                     from ddrive_ros.sim.safety_context import safety_context
 
                     context_of = safety_context

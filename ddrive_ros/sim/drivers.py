@@ -127,26 +127,29 @@ class ModelDriver:
 
 
 class BestOfNDriver(ModelDriver):
-    """Oracle headroom: the planner's N rollouts, and the one that the safety check under perfect
-    perception (the world's true road users and lanes) rates best, ties to the longest progress;
-    the plan drives that rollout instead of the rollouts' mean. Privileged: not a planner to ship."""
+    """Oracle headroom: the planner's N rollouts, each driven for 4 s in a copy of the world (the other
+    road users reacting) and scored by the closed loop's PDM scorer (`sim/fork_score.py`); the plan drives
+    the best-scoring rollout (ties to the longer progress) instead of the rollouts' mean. Privileged
+    (perfect foresight of the world): a measure of the headroom in the rollouts, not a planner to ship."""
 
     def plan(self, t: float) -> tuple[Plan, float]:
-        from ddrive_ros.reflection import safety
+        from ddrive_ros.sim.fork_score import expert_progress, score_in_fork
 
         plan, compute_s = super().plan(t)
         if len(plan.rollouts) < 2:
             raise ValueError("BestOfNDriver needs a planner with rollouts >= 2")
-        if self.world is None or self.context_of is None:
-            raise ValueError("BestOfNDriver needs context_of and bind(world)")
-        context = self.context_of(self.world)
-        meta = plan.meta
-        lon, lat = (meta.longitudinal, meta.lateral) if meta is not None else (None, None)
-        scored = [(safety.cost(safety.check(xy, OUTPUT_TIMES, context, lon, lat)), -float(np.linalg.norm(xy[-1])), i)
-                  for i, xy in enumerate(plan.rollouts)]
-        best = plan.rollouts[min(scored)[2]]
-        yaw, speed = path_yaw_speed(best, OUTPUT_TIMES, start_yaw=0.0, start_speed=float(context.v0))
-        plan.trajectory = to_trajectory_array(OUTPUT_TIMES, best, yaw, speed)
+        if self.world is None:
+            raise ValueError("BestOfNDriver needs bind(world)")
+        w = self.world
+        v0 = float(w.ego_v[w.k])
+        reference = expert_progress(w)
+        candidates = []
+        for xy in plan.rollouts:
+            yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=v0)
+            candidates.append(to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed))
+        scores = [score_in_fork(w, traj, reference) for traj in candidates]
+        best = max(range(len(scores)), key=lambda i: (scores[i].pdms, scores[i].progress_m))
+        plan.trajectory = candidates[best]
         return plan, compute_s
 
 

@@ -7,7 +7,12 @@ Repair (AutoEdit training): in the rows given `repair_ids`, the noisy stream's t
 perturbed expert trajectory, fully visible instead of masked, and every trajectory position the
 block can predict is supervised to the expert token (changed or not: keeping a right token is
 learnt as much as fixing a wrong one). This is the edit mode's input at inference; it costs no
-extra forward."""
+extra forward.
+
+Own drafts: `own_drafts` gives, for chosen rows, the model's own one-forward draft of the trajectory
+(every trajectory token masked, the earlier sections given, sampled from the allowed tokens at a
+temperature), the kind of error the model itself makes; used as repair inputs in place of a
+hand-made perturbation, it costs one no-grad forward over those rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,6 +71,25 @@ class DualStreamLoss:
             soft = torch.where(is_bin[:, None], soft / soft.sum(-1, keepdim=True).clamp_min(1e-12), torch.eye(len(tok)))
             self.soft = soft.to(device)  # (V, V): row = target token, column = credited token
 
+    @torch.no_grad()
+    def own_drafts(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
+                   generator: torch.Generator, temperature: float = 1.0) -> torch.Tensor:
+        """(B, L) ids whose labelled trajectory tokens are the model's own draft of them."""
+        traj = self.trajectory[None] & labelled
+        noisy = torch.where(traj, torch.full_like(ids, self.mask_id), ids)
+        logits = model.forward_full(prompt, torch.cat([ids, noisy], 1), self.mask, self.action, self.positions)
+        p, n = self.p, self.length
+        # a block's first position is predicted by the causal stream (clean tokens before it), the rest
+        # inside the masked block
+        pred = torch.where(self.diffusable[None, :, None], logits[:, p + n - 1:p + 2 * n - 1], logits[:, p - 1:p + n - 1])
+        pred = pred.float().masked_fill(~self.allowed[None], float("-inf"))
+        if temperature <= 0:
+            tok = pred.argmax(-1)
+        else:
+            probs = torch.softmax(pred / temperature, -1)
+            tok = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(ids.shape)
+        return torch.where(traj, tok, ids)
+
     def _ce(self, logits: torch.Tensor, target: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
         logits = logits.float().masked_fill(~self.allowed[None], -1e4)
         if self.soft is None:
@@ -106,7 +130,7 @@ class DualStreamLoss:
             sel = diff_sel & t_loss.diffusable[None]
             js = symmetric_js(diff_logits, t_logits[:, p + n - 1:p + 2 * n - 1], self.allowed, sel)
             total = total + distill_weight * js
-        return LossParts(total, float(ar), float(diff), float(js), repair)
+        return LossParts(total, float(ar.detach()), float(diff.detach()), float(js.detach()), repair)
 
 
 def symmetric_js(student: torch.Tensor, teacher: torch.Tensor, allowed: torch.Tensor, select: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ data-parallel training under torchrun (gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import logging
 import math
@@ -52,6 +53,9 @@ class TrainConfig:
     init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
     repair: float = 0.0  # fraction of batch rows trained to repair a perturbed trajectory (AutoEdit)
     repair_spec: dict[str, Any] = field(default_factory=dict)  # RepairSpec fields (training/perturb.py)
+    repair_own: float = 0.0  # fraction of repair rows whose input is the model's own draft, not a perturbation
+    repair_temperature: float = 1.0  # sampling temperature of those drafts (0: argmax)
+    trainable: list[str] = field(default_factory=list)  # fnmatch patterns of parameter names to train; empty: all
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -60,6 +64,25 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"unknown training config keys {sorted(unknown)}; known: {sorted(known)}")
         return cls(**d)
+
+
+def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[torch.nn.Parameter]:
+    """The parameters to train: all, or those whose names match one of `patterns` (the rest frozen).
+    A pattern that matches nothing is an error (a typo would otherwise train nothing it names)."""
+    if not patterns:
+        return list(model.parameters())
+    named = dict(model.named_parameters())
+    for pat in patterns:
+        if not any(fnmatch.fnmatchcase(name, pat) for name in named):
+            raise ValueError(f"trainable pattern {pat!r} matches no parameter; names look like {sorted(named)[:4]}")
+    chosen = []
+    for name, p in named.items():
+        p.requires_grad_(any(fnmatch.fnmatchcase(name, pat) for pat in patterns))
+        if p.requires_grad:
+            chosen.append(p)
+    log.info("training %d of %d parameter tensors (%d of %d weights)", len(chosen), len(named),
+             sum(p.numel() for p in chosen), sum(p.numel() for p in named.values()))
+    return chosen
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -134,7 +157,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     torch.manual_seed(cfg.seed)
     bundle = bundle or ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed)
     model = bundle.model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(select_trainable(model, cfg.trainable), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     out = Path(cfg.out)
     start, history = (load_state(out, bundle, opt) if resume else (0, []))
     if distributed:  # same start everywhere; gradients are averaged across ranks after each backward
@@ -170,8 +193,13 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
             rows = torch.from_numpy(repair_rng.random(ids.shape[0]) < cfg.repair)
             codec = Codec(losses[bs].layout)
             repair_ids = torch.full_like(ids, -1)
-            if rows.any():
-                repair_ids[rows] = perturbed_ids(ids[rows].cpu(), codec, repair_spec, repair_rng).to(ids.device)
+            own = rows & torch.from_numpy(repair_rng.random(ids.shape[0]) < cfg.repair_own)
+            made = rows & ~own
+            if made.any():
+                repair_ids[made] = perturbed_ids(ids[made].cpu(), codec, repair_spec, repair_rng).to(ids.device)
+            if own.any():
+                repair_ids[own] = losses[bs].own_drafts(model, prompt[own], ids[own], labelled[own], gen,
+                                                        cfg.repair_temperature)
         parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
@@ -180,12 +208,12 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
                     p.grad /= world
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         opt.step()
-        history.append({"step": step, "block_size": bs, "loss": float(parts.total), "ar": parts.ar,
+        history.append({"step": step, "block_size": bs, "loss": float(parts.total.detach()), "ar": parts.ar,
                         "diffusion": parts.diffusion, "distill": parts.distill, "repair": parts.repair,
                         "lr": lr_at(step, cfg)})
-        bar.set_postfix(bs=bs, loss=f"{float(parts.total):.3f}")
+        bar.set_postfix(bs=bs, loss=f"{float(parts.total.detach()):.3f}")
         if rank == 0 and cfg.save_every and (step + 1) % cfg.save_every == 0:
             save_state(out, bundle, opt, step + 1, history)
     if rank == 0:
