@@ -202,11 +202,13 @@ def test_forked_rollouts_do_not_recompute_the_prefix_and_greedy_rollouts_equal_t
     one, s1, _ = run(tiny_fast, TorchBackend, "speculative", {}, DecodeOptions(rollouts=1))
     four, s4, _ = run(tiny_fast, TorchBackend, "speculative", {}, DecodeOptions(rollouts=4, rollout_temperature=0.0), rows=4)
     assert all(torch.equal(row, one[0]) for row in four)
-    traj_forwards = s1.forwards_per_section["trajectory"]
+    _, s2, _ = run(tiny_fast, TorchBackend, "speculative", {}, DecodeOptions(rollouts=2, rollout_temperature=0.0), rows=2)
+    traj_positions = s2.tokens_processed - s1.tokens_processed  # one more row over the trajectory forwards
     window = layout_for(tiny_fast, "speculative").window
+    assert 0 < traj_positions <= s1.forwards_per_section["trajectory"] * window
     # only the trajectory forwards run 4 rows; the prompt and sections 1-3 are processed once
-    assert s4.tokens_processed - s1.tokens_processed == 3 * traj_forwards * window
-    assert s4.forwards == s1.forwards
+    assert s4.tokens_processed - s1.tokens_processed == 3 * traj_positions
+    assert s4.forwards == s1.forwards == s2.forwards
 
 
 def test_base_model_parameter_counts_are_in_range_and_one_forward_runs_on_cpu():

@@ -15,6 +15,17 @@ iteration (`BlockContext.status`: open positions left, and whether the last
 causal forward saw the final tokens) and nothing else; block geometry comes
 from the layout, already on the host. The sampling generator lives on the
 device of the logits it samples.
+
+Committed prefix: on backends with dynamic shapes (torch, ONNX Runtime), a
+forward starts at the block's exact prefix instead of its first position. The
+positions before the first open or changed one hold final tokens whose causal
+K/V the last causal forward already wrote; the next forwards (draft and verify
+alike) start one position before it (that position's output predicts the first
+open one) and leave the cache before it alone. The same status read carries
+that offset, so it costs no extra sync. Causal results are the same as over
+the whole block (verification stays exact); a draft then reads the committed
+positions' causal K/V, as it reads earlier blocks'. Static-shape backends (CUDA
+graphs, TensorRT) always run whole blocks.
 """
 from __future__ import annotations
 
@@ -26,7 +37,7 @@ from typing import Protocol
 import torch
 
 from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
-from ddrive_ros.decoding.sampling import choose, constrained_probs
+from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.runtime.backend import Backend
@@ -64,21 +75,27 @@ class BlockContext:
         self.stats = stats
         self._causal_x: torch.Tensor | None = None
         self._causal_last: torch.Tensor | None = None
+        self.trim = bool(getattr(backend, "dynamic_windows", False))
+        self.lo = 0  # window position the next forwards start at (see "Committed prefix" above)
 
     # -- forwards -------------------------------------------------------------
     def forward(self, bidirectional: bool) -> torch.Tensor:
         """One backbone forward over the window; returns shifted prediction logits (n, W, V):
         entry j predicts window position j (entry 0 is the carried logit)."""
-        logits = self.backend.step(self.x, self.start, self.valid, bidirectional, self.action)
+        lo = self.lo
+        logits = self.backend.step(self.x[:, lo:], self.start + lo, self.valid - lo, bidirectional, self.action)
         self.stats.forwards += 1
-        self.stats.tokens_processed += self.n * self.w
+        self.stats.tokens_processed += self.n * (self.valid - lo)
         self.stats.forwards_per_section[self.section] = self.stats.forwards_per_section.get(self.section, 0) + 1
         if bidirectional:
             self._causal_x = None
         else:
             self._causal_x = self.x.clone()
-            self._causal_last = logits[:, self.valid - 1]
-        return torch.cat([self.carry[:, None], logits[:, :-1]], dim=1)
+            self._causal_last = logits[:, self.valid - 1 - lo]
+        if lo == 0:
+            return torch.cat([self.carry[:, None], logits[:, :-1]], dim=1)
+        # entry lo + 1 + i is predicted by window position lo + i; entries up to lo are closed positions
+        return torch.cat([logits.new_zeros(self.n, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
 
     def probs(self, pred_logits: torch.Tensor) -> torch.Tensor:
         return constrained_probs(pred_logits, self.allowed, self.temperature)
@@ -106,8 +123,15 @@ class BlockContext:
         """The iteration's one host sync: (open positions left over all rows, whether the cache's
         causal K/V are stale, i.e. the tokens changed since the last causal forward or there was none)."""
         if self._causal_x is None:
+            self.lo = 0
             return int(self.open.sum()), True
-        left, stale = torch.stack([self.open.sum(), (self._causal_x != self.x).any().long()]).tolist()
+        changed = self._causal_x != self.x
+        if not self.trim:
+            left, stale = torch.stack([self.open.sum(), changed.any().long()]).tolist()
+            return left, bool(stale)
+        exact = first_true((changed | self.open).any(0))  # window positions before it: final, causal K/V cached
+        left, stale, exact = torch.stack([self.open.sum(), changed.any().long(), exact]).tolist()
+        self.lo = max(min(exact, self.valid) - 1, 0)
         return left, bool(stale)
 
     def finish(self, stale: bool) -> torch.Tensor:

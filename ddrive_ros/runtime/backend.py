@@ -24,7 +24,9 @@ class Backend(Protocol):
 
     def step(self, tokens: torch.Tensor, start: int, valid: int, bidirectional: bool, action: bool) -> torch.Tensor:
         """One block forward on rows [0, n) (n = tokens.shape[0]); tokens (n, window) at absolute
-        positions start..start+window-1, of which `valid` are real; returns logits (n, window, V)."""
+        positions start..start+window-1, of which `valid` are real; returns logits (n, window, V).
+        A backend with `dynamic_windows = True` also takes windows that start inside a block (a
+        shorter tokens tensor at a later start); one without it is only ever given whole blocks."""
 
     def fork(self, n: int, prefix_len: int) -> None:
         """Copy row 0's first prefix_len cache positions into rows 1..n-1."""

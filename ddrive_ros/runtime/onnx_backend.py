@@ -74,6 +74,7 @@ def default_providers() -> list[str]:
 
 class OnnxBackend:
     name = "onnx"
+    dynamic_windows = True  # a step may start inside a block (decoding/block_loop.py: committed prefix)
 
     def __init__(self, onnx_dir: str | Path, window: int, max_rows: int = 1, providers: Sequence[str] | None = None,
                  threads: int | None = None, int8: bool = False):

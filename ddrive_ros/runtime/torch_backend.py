@@ -25,6 +25,7 @@ def pad_window(logits: torch.Tensor, window: int) -> torch.Tensor:
 
 class TorchBackend:
     name = "torch"
+    dynamic_windows = True  # a step may start inside a block (decoding/block_loop.py: committed prefix)
 
     def __init__(self, model: DrivingVLA, window: int, max_rows: int = 1, device: str | torch.device = "cpu",
                  dtype: torch.dtype = torch.float32, compile: bool = False):
