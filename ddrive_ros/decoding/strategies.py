@@ -51,25 +51,43 @@ class SectionDiffusion:
         ctx.decide((rank < k) | (conf >= self.tau), tok)
 
 
+@dataclass
 class ScaffoldSpeculative:
     """Fast-dDrive scaffold speculative decoding. Scaffold is already in place; one diffusion
     forward drafts every open position; one causal forward verifies; keep the longest prefix that
-    equals the AR choice plus the AR token at the first mismatch. Greedy output equals AR greedy."""
+    equals the AR choice plus the AR token at the first mismatch. Greedy output equals AR greedy.
 
-    name = "speculative"
+    redraft: how the positions a verification leaves open are drafted again.
+      "diffusion": another bidirectional forward (two forwards per iteration);
+      "causal": the verification's own predictions for them (Jacobi-style: conditioned on the
+        draft they replace), so every iteration after a block's first is one causal forward.
+    Either way the verifier decides, so greedy output still equals AR and sampled output still
+    follows the AR distribution (the proposal's probabilities enter the acceptance rule)."""
+
+    redraft: str = "diffusion"
+    name: str = "speculative"
+
+    def __post_init__(self) -> None:
+        if self.redraft not in ("diffusion", "causal"):
+            raise ValueError(f"speculative redraft must be 'diffusion' or 'causal', not {self.redraft!r}")
 
     def begin_block(self, ctx: BlockContext) -> None:
-        pass
+        ctx.next_draft = None
 
     def step(self, ctx: BlockContext) -> None:
-        draft_probs = ctx.probs(ctx.forward(bidirectional=True))
-        draft, _ = ctx.pick(draft_probs)
+        if ctx.next_draft is None:
+            draft_probs = ctx.probs(ctx.forward(bidirectional=True))
+            draft, _ = ctx.pick(draft_probs)
+        else:
+            draft, draft_probs = ctx.next_draft
         span = ctx.open.clone()
         ctx.x = torch.where(span, draft, ctx.x)
         ar_probs = ctx.probs(ctx.forward(bidirectional=False))
         tokens, decided, _ = verify(ctx.x, draft_probs, ar_probs, span, ctx.greedy, ctx.generator)
         ctx.x = torch.where(span & ~decided, torch.full_like(ctx.x, ctx.mask_id), ctx.x)
         ctx.decide(decided, tokens)
+        if self.redraft == "causal":
+            ctx.next_draft = (ctx.pick(ar_probs)[0], ar_probs)
 
 
 @dataclass
