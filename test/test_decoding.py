@@ -26,6 +26,7 @@ class Recording:
     def __init__(self, backend):
         self.inner = backend
         self.name, self.prompt_len, self.window, self.vocab_size = backend.name, backend.prompt_len, backend.window, backend.vocab_size
+        self.dynamic_windows = getattr(backend, "dynamic_windows", False)  # windows may start inside a block
         self.outputs: list[torch.Tensor] = []
 
     def prompt(self, *a):
@@ -196,6 +197,20 @@ def test_s2d2_sampling_preserves_the_ar_distribution(tiny_fast):
     p_logits = backend.step(drafted, ctx.start, ctx.valid, True, ctx.action)
     p = torch.softmax(p_logits[0, pos - 1].masked_fill(~ctx.allowed[pos], -1e9), -1)
     assert 0.5 * (p - q).abs().sum().item() > 2 * tv
+
+
+@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
+def test_forwards_start_at_the_committed_prefix_with_the_same_tokens(fixture, request, monkeypatch):
+    """On a dynamic-shape backend the loop starts forwards one position before the first open or changed
+    position of the block: fewer positions through the backbone, the same tokens as whole-block forwards."""
+    bundle = request.getfixturevalue(fixture)
+    trimmed, s_trim, _ = run(bundle, TorchBackend, "speculative", {})
+    monkeypatch.setattr(TorchBackend, "dynamic_windows", False)
+    whole, s_whole, _ = run(bundle, TorchBackend, "speculative", {})
+    assert torch.equal(trimmed, whole) and s_trim.forwards == s_whole.forwards
+    assert s_trim.tokens_processed <= s_whole.tokens_processed
+    if fixture == "tiny_fast":  # (the random trajectory_only model accepts its whole draft at once)
+        assert s_trim.tokens_processed < 0.9 * s_whole.tokens_processed, (s_trim.tokens_processed, s_whole.tokens_processed)
 
 
 def test_forked_rollouts_do_not_recompute_the_prefix_and_greedy_rollouts_equal_the_greedy_plan(tiny_fast):

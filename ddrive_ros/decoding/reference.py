@@ -26,6 +26,7 @@ def block_causal_mask(total: int, start: int, valid: int, bidirectional: bool) -
 
 class ReferenceBackend:
     name = "reference"
+    dynamic_windows = True  # recomputes everything: any window, inside a block or not
 
     def __init__(self, model: DrivingVLA, window: int, max_rows: int = 1):
         self.model = model.float().eval()
