@@ -112,3 +112,50 @@ def test_own_drafts_replace_only_labelled_trajectory_tokens_with_allowed_tokens(
         assert loss.allowed[torch.arange(ids.shape[1])[None].expand_as(ids)[in_traj], drafts[in_traj]].all()
     # a trained model's greedy draft is close to the expert; sampling at T=1 makes more (and other) errors
     assert (greedy[in_traj] != ids[in_traj]).float().mean() < (sampled[in_traj] != ids[in_traj]).float().mean()
+
+
+def test_soft_targets_anneal_to_one_hot_and_balancing_evens_out_navigation_commands():
+    from ddrive_ros.training.trainer import bin_sigma_at, sampling_weights
+
+    cfg = TrainConfig(steps=100, bin_sigma=1.5, anneal=[0.5, 0.0])
+    assert bin_sigma_at(0, cfg) == bin_sigma_at(50, cfg) == 1.5
+    assert 0.0 < bin_sigma_at(75, cfg) < 1.5 and bin_sigma_at(99, cfg) == 0.0
+    with pytest.raises(ValueError, match="anneal"):
+        bin_sigma_at(0, TrainConfig(anneal=[1.5, 0.0]))
+    nav = torch.tensor([0] * 80 + [1] * 15 + [2] * 5)  # follow lane, turn, lane change
+    assert sampling_weights(nav, 0.0) is None
+    w = sampling_weights(nav, 1.0)
+    assert torch.allclose(torch.stack([w[nav == k].sum() for k in range(3)]), torch.full((3,), 1 / 3, dtype=w.dtype))
+    half = sampling_weights(nav, 0.5)
+    assert abs(float(half.sum()) - 1.0) < 1e-9 and half[nav == 2].sum() > 0.05 * 1.5
+
+
+def test_camera_augmentation_jitters_and_shifts_each_camera_the_same_way_in_both_frames():
+    from ddrive_ros.training.augment import CameraAugment
+
+    assert CameraAugment.from_dict({}) is None
+    with pytest.raises(ValueError, match="unknown augment keys"):
+        CameraAugment.from_dict({"hue": 0.1})
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (2, 6, 24, 40, 3), generator=g, dtype=torch.uint8)
+    images[:, 3:] = images[:, :3]  # the second frame equals the first
+    shift = CameraAugment.from_dict({"shift_px": 3})(images, torch.Generator().manual_seed(1))
+    assert shift.dtype == torch.uint8 and shift.shape == images.shape and not torch.equal(shift, images)
+    assert torch.equal(shift[:, 3:], shift[:, :3])  # same shift per camera in both frames
+    photo = CameraAugment.from_dict({"brightness": 0.2, "contrast": 0.2})(images, torch.Generator().manual_seed(1))
+    assert not torch.equal(photo, images) and photo.float().std() > 10
+
+
+def test_ema_weights_are_what_training_returns(world_samples, tmp_path):
+    bundle = ckpt.build_random("tiny", "trajectory_only", block_size=16, seed=2)
+    start = {n: p.detach().clone() for n, p in bundle.model.named_parameters()}
+    data = tensorize(world_samples, Codec(Layout(bundle.schema, bundle.tokenizer, 16)), bundle.config)
+    cfg = TrainConfig(model="tiny", schema="trajectory_only", out=str(tmp_path / "m"), steps=4, batch_size=2, lr=3e-3,
+                      warmup=1, curriculum=[[16, 1.0]], save_every=0, ema=0.999, balance=0.5, bin_sigma=1.5,
+                      anneal=[0.0, 0.0], augment={"shift_px": 2, "brightness": 0.1})
+    bundle, history = train(cfg, data, bundle, resume=False, progress=False)
+    assert history[0]["bin_sigma"] == 1.5 and history[-1]["bin_sigma"] == 0.0
+    # with decay 0.999 the EMA has moved only ~0.4% of the way from the start over 4 steps
+    name, p = next((n, p) for n, p in bundle.model.named_parameters() if n.endswith("q.weight"))
+    moved = (p - start[name]).abs().max()
+    assert 0 < moved < 3e-3 * 4 * 0.01, moved

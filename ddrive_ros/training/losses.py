@@ -59,17 +59,32 @@ class DualStreamLoss:
         # Ordinal soft targets for bin tokens: a bin one step off is nearly right, so the target is a
         # Gaussian over neighbouring bins (sigma in bins) instead of a one-hot. Digits stay one-hot.
         self.soft = None
-        if bin_sigma > 0 and "bin" in layout.group_names:
+        self.bin_sigma = 0.0
+        self._bin_index = None
+        self._device = device
+        if "bin" in layout.group_names:
             tok = layout.tokenizer
             index = torch.full((len(tok),), -1.0)
             for t in tok.tokens:
                 if t.startswith("<bin_") and t.endswith(">"):
                     index[tok.id(t)] = float(t[5:-1])
-            is_bin = index >= 0
-            d = index[:, None] - index[None, :]
-            soft = torch.exp(-0.5 * (d / bin_sigma) ** 2) * is_bin[:, None] * is_bin[None, :]
-            soft = torch.where(is_bin[:, None], soft / soft.sum(-1, keepdim=True).clamp_min(1e-12), torch.eye(len(tok)))
-            self.soft = soft.to(device)  # (V, V): row = target token, column = credited token
+            self._bin_index = index
+        self.set_bin_sigma(bin_sigma)
+
+    def set_bin_sigma(self, sigma: float) -> None:
+        """Soft-target width in bins; 0 (or a schema without bins): one-hot targets. Annealing calls this."""
+        if self._bin_index is None or sigma <= 0:
+            self.soft, self.bin_sigma = None, 0.0
+            return
+        if sigma == self.bin_sigma and self.soft is not None:
+            return
+        index = self._bin_index
+        is_bin = index >= 0
+        d = index[:, None] - index[None, :]
+        soft = torch.exp(-0.5 * (d / sigma) ** 2) * is_bin[:, None] * is_bin[None, :]
+        soft = torch.where(is_bin[:, None], soft / soft.sum(-1, keepdim=True).clamp_min(1e-12), torch.eye(len(index)))
+        self.soft = soft.to(self._device)  # (V, V): row = target token, column = credited token
+        self.bin_sigma = float(sigma)
 
     @torch.no_grad()
     def own_drafts(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,

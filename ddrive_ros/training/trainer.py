@@ -24,6 +24,7 @@ from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.runtime.torch_backend import images_to_input
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.training.augment import CameraAugment
 from ddrive_ros.training.dataset import TensorData
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
@@ -56,6 +57,10 @@ class TrainConfig:
     repair_own: float = 0.0  # fraction of repair rows whose input is the model's own draft, not a perturbation
     repair_temperature: float = 1.0  # sampling temperature of those drafts (0: argmax)
     trainable: list[str] = field(default_factory=list)  # fnmatch patterns of parameter names to train; empty: all
+    anneal: list[float] = field(default_factory=list)  # [from_fraction, to_sigma]: bin_sigma -> to_sigma linearly from there
+    balance: float = 0.0  # 0: uniform sampling; 1: every navigation command equally often; between: a mix
+    ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
+    augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -83,6 +88,31 @@ def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[torch.
     log.info("training %d of %d parameter tensors (%d of %d weights)", len(chosen), len(named),
              sum(p.numel() for p in chosen), sum(p.numel() for p in named.values()))
     return chosen
+
+
+def bin_sigma_at(step: int, cfg: TrainConfig) -> float:
+    """The soft-target width at a step: cfg.bin_sigma, then (with `anneal`) linearly to its target by the end."""
+    if not cfg.anneal:
+        return cfg.bin_sigma
+    if len(cfg.anneal) != 2 or not 0.0 <= cfg.anneal[0] < 1.0 or cfg.anneal[1] < 0:
+        raise ValueError(f"anneal must be [from_fraction in [0, 1), to_sigma >= 0], got {cfg.anneal}")
+    start = cfg.anneal[0] * cfg.steps
+    if step < start:
+        return cfg.bin_sigma
+    u = (step - start) / max(1.0, cfg.steps - 1 - start)
+    return float(cfg.bin_sigma + (cfg.anneal[1] - cfg.bin_sigma) * min(1.0, u))
+
+
+def sampling_weights(nav: torch.Tensor, balance: float) -> torch.Tensor | None:
+    """Per-sample weights mixing uniform (1 - balance) with equal weight per navigation command (balance):
+    turns and lane changes are about a fifth of the data and would otherwise be seen rarely."""
+    if balance <= 0:
+        return None
+    if balance > 1:
+        raise ValueError(f"balance must be in [0, 1], got {balance}")
+    _, inverse, counts = torch.unique(nav, return_inverse=True, return_counts=True)
+    per_class = 1.0 / (counts.numel() * counts.double())
+    return (1.0 - balance) / nav.numel() + balance * per_class[inverse]
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -172,6 +202,9 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     current_bs = None
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
                total=cfg.steps)
+    weights = sampling_weights(data.nav, cfg.balance)
+    augment = CameraAugment.from_dict(cfg.augment)
+    ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
     for step in bar:
         bs = block_size_at(step, stages)
@@ -182,10 +215,16 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         if bs not in losses:
             losses[bs] = DualStreamLoss(Layout(bundle.schema, bundle.tokenizer, bs), bundle.config.prompt_len, device,
                                         cfg.bin_sigma)
+        losses[bs].set_bin_sigma(bin_sigma_at(step, cfg))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
-        idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen)
+        if weights is None:
+            idx = torch.randint(0, len(data), (cfg.batch_size,), generator=gen)
+        else:
+            idx = torch.multinomial(weights, cfg.batch_size, replacement=True, generator=gen)
         images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
+        if augment is not None:
+            images = augment(images, gen)
         bos = torch.full_like(nav, bundle.tokenizer.bos_id)
         prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)
         repair_ids = None
@@ -210,12 +249,20 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                     p.grad /= world
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         opt.step()
+        if ema is not None:
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    ema[n].lerp_(p.detach(), 1.0 - cfg.ema)
         history.append({"step": step, "block_size": bs, "loss": float(parts.total.detach()), "ar": parts.ar,
                         "diffusion": parts.diffusion, "distill": parts.distill, "repair": parts.repair,
-                        "lr": lr_at(step, cfg)})
+                        "lr": lr_at(step, cfg), "bin_sigma": losses[bs].bin_sigma})
         bar.set_postfix(bs=bs, loss=f"{float(parts.total.detach()):.3f}")
         if rank == 0 and cfg.save_every and (step + 1) % cfg.save_every == 0:
             save_state(out, bundle, opt, step + 1, history)
+    if ema is not None:  # the averaged weights are the model
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(ema[n])
     if rank == 0:
         log.info("trained %d steps in %.0f s", cfg.steps - start, time.time() - t0)
     if distributed:
