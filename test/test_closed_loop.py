@@ -160,3 +160,22 @@ def test_a_plan_scored_in_a_fork_leaves_the_world_as_it_was_and_ranks_plans_like
     assert still.ep < 0.5 and still.pdms < good.pdms  # it brakes to a stop: a few metres
     assert off.dac == 0.0 and off.pdms == 0.0
     assert world.k == k and np.array_equal(world.ego_xy, snapshot[0])
+
+
+def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future():
+    """One closed-loop episode of the shipped trajectory_only planner: every plan's observation comes back
+    with the expert's 5 s future from that very state, in that observation's ego frame; only the
+    trajectory is labelled. Training takes them as `data: {source: dagger, ...}`."""
+    from ddrive_ros.sim.dagger import collect
+    from ddrive_ros.training.sources import load_samples
+
+    samples = collect("trajectory_only_tiny", seed=6, episodes=1, progress=False)
+    assert len(samples) >= 10
+    for s in samples:
+        assert s.source == "dagger" and s.has_labels["trajectory"]
+        assert not any(v for k, v in s.has_labels.items() if k != "trajectory")
+        assert s.observation.images.shape[:2] == (2, 3) and abs(s.observation.stamp - s.t0) < 1e-9
+        # the expert drives forward from where the planner brought the ego: ahead, near the lane
+        assert s.future_xy[-1, 0] > s.future_xy[0, 0] >= 0.0 and abs(s.future_xy[0, 1]) < 1.0
+    with pytest.raises(ValueError, match="needs"):
+        load_samples([{"source": "dagger", "checkpoint": "trajectory_only_tiny"}])

@@ -11,9 +11,16 @@ from ddrive_ros.sim.sample import samples_from_world
 log = logging.getLogger(__name__)
 
 
-def load_samples(data: dict[str, Any]) -> list[Sample]:
-    """Samples from the synthetic world (`source: world`) or from bag folders (`source: bags`): one
-    interface, the same `Sample`s, so training never asks where they came from."""
+def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
+    """Samples from the synthetic world (`source: world`), from bag folders (`source: bags`) or from a
+    planner's own closed-loop drives labelled by the expert (`source: dagger`, `sim/dagger.py`): one
+    interface, the same `Sample`s, so training never asks where they came from. A list of sources
+    is their concatenation."""
+    if isinstance(data, list):
+        out = []
+        for part in data:
+            out += load_samples(part)
+        return out
     source = data.get("source", "world")
     if source == "world":
         return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
@@ -25,4 +32,13 @@ def load_samples(data: dict[str, Any]) -> list[Sample]:
             log.info("%s", report.summary())
             out += samples
         return out
-    raise ValueError(f"unknown data source {source!r} (world | bags)")
+    if source == "dagger":
+        from ddrive_ros.sim.dagger import collect
+
+        missing = {"checkpoint", "seed", "episodes"} - set(data)
+        if missing:
+            raise ValueError(f"data source dagger needs {sorted(missing)}")
+        return collect(str(data["checkpoint"]), int(data["seed"]), int(data["episodes"]),
+                       plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
+                       decoder=str(data.get("decoder", "speculative")), threads=int(data.get("threads", 1)))
+    raise ValueError(f"unknown data source {source!r} (world | bags | dagger)")

@@ -49,7 +49,7 @@ class TrainConfig:
     bin_sigma: float = 0.0  # > 0: Gaussian ordinal soft targets over bin tokens (sigma in bins)
     seed: int = 0
     save_every: int = 200
-    data: dict[str, Any] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
+    data: dict[str, Any] | list[dict[str, Any]] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
     threads: int = 0
     init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
     repair: float = 0.0  # fraction of batch rows trained to repair a perturbed trajectory (AutoEdit)

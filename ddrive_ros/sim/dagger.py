@@ -1,0 +1,121 @@
+"""DAgger data: the states the learned planner drives into, labelled by the expert.
+
+The planner drives closed-loop episodes (`ddrive sim`'s loop: controller, latency, reacting road
+users). At every plan it makes, the world is forked (`sim/fork_score.fork`) and the expert drives
+the fork for the label horizon from where the planner has brought the ego; that future, in the ego
+frame of the plan's observation, is the trajectory label of exactly the observation the planner
+saw. These are the states imitation learning never shows the model (drifted off the lane centre,
+too close, too slow), with the expert's way back.
+
+    samples = collect("models/trajectory_only_tiny", seed=5, episodes=60)
+
+Only the trajectory is labelled (the meta behaviour, critical objects and explanation are
+`has_labels = False`: their labelling reads the precomputed episode, not a fork). A fork whose expert
+future collides, leaves the road or the trajectory range is dropped and counted.
+Training reads these through `data: {source: dagger, ...}` (`training/sources.py`).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from ddrive_ros.plan import Plan
+from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_sections, label_waypoint_times
+from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
+from ddrive_ros.sim.drivers import ModelDriver
+from ddrive_ros.sim.fork_score import fork
+from ddrive_ros.sim.sample import episode_seeds
+from ddrive_ros.sim.world import SIM_DT
+from ddrive_ros.timeline import FUTURE_HORIZON_S, OUTPUT_TIMES
+from ddrive_ros.trajectory import world_to_ego
+
+log = logging.getLogger(__name__)
+
+# the driven part stops early enough that every plan's fork has the label horizon
+EPISODE_S = 8.0 + FUTURE_HORIZON_S
+
+
+@dataclass
+class Drops:
+    collided: int = 0  # the expert's future from the visited state ends in a collision or off the road
+    out_of_range: int = 0  # the future leaves the trajectory quantisation range
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class LabellingDriver(ModelDriver):
+    """The learned planner, plus the expert's label of every observation it plans on."""
+
+    def __init__(self, *args, driven_until_s: float, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.driven_until_s = driven_until_s
+        self.samples: list[Sample] = []
+        self.drops = Drops()
+
+    def plan(self, t: float):
+        plan, compute_s = super().plan(t)
+        if t <= self.driven_until_s + 1e-9:
+            self._label(t)
+        return plan, compute_s
+
+    def _label(self, t: float) -> None:
+        w = self.world
+        k = w.k
+        horizon = k + int(round(FUTURE_HORIZON_S / SIM_DT))
+        if horizon >= w.n_steps:
+            return
+        f = fork(w)
+        f.drive_expert_until(horizon)
+        if f.done and f.k < horizon:
+            self.drops.collided += 1
+            return
+        steps = k + np.round(OUTPUT_TIMES / SIM_DT).astype(int)
+        future = world_to_ego(f.ego_xy[steps], f.ego_xy[k], float(f.ego_yaw[k]))
+        if not future_in_range(future):
+            self.drops.out_of_range += 1
+            return
+        times = label_waypoint_times()
+        keep = np.searchsorted(OUTPUT_TIMES, times - 1e-9)
+        labels = Plan(schema=LABEL_SCHEMA, waypoints=future[keep].copy(), waypoint_times=times, stamp=t)
+        has = dict.fromkeys(label_sections(), False)
+        has["trajectory"] = True
+        self.samples.append(Sample(observation=self.observation(t), future_xy=future, future_times=OUTPUT_TIMES.copy(),
+                                   labels=labels, has_labels=has, episode_seed=-1, t0=t, source="dagger"))
+
+
+def collect(checkpoint: str, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
+            decoder: str = "speculative", threads: int = 1, progress: bool = True) -> list[Sample]:
+    """Expert-labelled samples of the states `checkpoint`'s planner visits in `episodes` closed-loop
+    episodes (episode seeds from `seed`; use seeds no evaluation uses). `threads`: torch threads for
+    the planner (one: on a shared CPU more OpenMP threads stall)."""
+    import torch
+
+    from ddrive_ros import checkpoint as ckpt
+    from ddrive_ros.planner import Planner, PlannerOptions
+
+    torch.set_num_threads(threads)
+
+    planner = Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+    opts = LoopOptions(duration_s=EPISODE_S, plan_hz=plan_hz, latency_ms=latency_ms)
+    driven_until = EPISODE_S - FUTURE_HORIZON_S
+    samples: list[Sample] = []
+    drops = Drops()
+    for ep_seed in tqdm(episode_seeds(seed, episodes), desc="dagger episodes", unit="ep", disable=not progress):
+        driver = LabellingDriver(planner, planner.restart_sampling, driven_until_s=driven_until)
+
+        def factory(world: ClosedLoopWorld, d: LabellingDriver = driver) -> LabellingDriver:
+            return d.bind(world)
+
+        run_episode(ep_seed, "dagger", factory, opts)
+        samples += driver.samples
+        drops.collided += driver.drops.collided
+        drops.out_of_range += driver.drops.out_of_range
+    log.info("dagger: %d samples from %d episodes of %s; dropped %d (expert future collides or leaves the road) "
+             "and %d (future out of the trajectory range)", len(samples), episodes, checkpoint, drops.collided,
+             drops.out_of_range)
+    if not samples:
+        raise ValueError(f"dagger collection from {checkpoint} gave no samples ({episodes} episodes, seed {seed})")
+    return samples
