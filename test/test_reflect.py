@@ -157,11 +157,11 @@ def test_the_planner_reports_reflection_in_the_plan_json():
         _random_planner("fast_ddrive", decoder="ar", reflect="autoedit")
 
 
-@pytest.mark.parametrize("model,bar", [("trajectory_only_tiny", 0.8), ("fast_ddrive_tiny", 0.95)])
+@pytest.mark.parametrize("model,bar", [("trajectory_only_tiny", 0.8)])
 def test_repair_trained_model_moves_perturbed_tokens_back_towards_the_expert(model, bar):
-    """The shipped models (fine-tuned with the repair objective; fast_ddrive only in its Action Expert)
-    on held-out samples: perturbed expert trajectories (progress and heading) come out closer to the
-    expert, token-wise."""
+    """The shipped trajectory_only model (fine-tuned with the repair objective) on held-out samples:
+    perturbed expert trajectories (progress and heading) come out closer to the expert, token-wise.
+    (fast_ddrive_tiny's repair stage was measured and not shipped: docs/reflection.md.)"""
     from ddrive_ros.evaluation.evaluate import held_out_samples
     from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
 
