@@ -17,7 +17,7 @@ Training reads these through `data: {source: dagger, ...}` (`training/sources.py
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from tqdm import tqdm
@@ -43,7 +43,6 @@ EPISODE_S = 8.0 + FUTURE_HORIZON_S
 class Drops:
     collided: int = 0  # the expert's future from the visited state ends in a collision or off the road
     out_of_range: int = 0  # the future leaves the trajectory quantisation range
-    reasons: dict[str, int] = field(default_factory=dict)
 
 
 class LabellingDriver(ModelDriver):
