@@ -162,14 +162,15 @@ def test_a_plan_scored_in_a_fork_leaves_the_world_as_it_was_and_ranks_plans_like
     assert world.k == k and np.array_equal(world.ego_xy, snapshot[0])
 
 
-def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future():
+def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future(one_thread):
     """One closed-loop episode of the shipped trajectory_only planner: every plan's observation comes back
     with the expert's 5 s future from that very state, in that observation's ego frame; only the
     trajectory is labelled. Training takes them as `data: {source: dagger, ...}`."""
+    from ddrive_ros.planner import Planner
     from ddrive_ros.sim.dagger import collect
     from ddrive_ros.training.sources import load_samples
 
-    samples = collect("trajectory_only_tiny", seed=6, episodes=1, progress=False)
+    samples = collect(Planner.from_checkpoint("trajectory_only_tiny"), seed=6, episodes=1, progress=False)
     assert len(samples) >= 10
     for s in samples:
         assert s.source == "dagger" and s.has_labels["trajectory"]

@@ -7,7 +7,7 @@ frame of the plan's observation, is the trajectory label of exactly the observat
 saw. These are the states imitation learning never shows the model (drifted off the lane centre,
 too close, too slow), with the expert's way back.
 
-    samples = collect("models/trajectory_only_tiny", seed=5, episodes=60)
+    samples = collect(Planner.from_checkpoint("trajectory_only_tiny"), seed=5, episodes=60)
 
 Only the trajectory is labelled (the meta behaviour, critical objects and explanation are
 `has_labels = False`: their labelling reads the precomputed episode, not a fork). A fork whose expert
@@ -85,19 +85,11 @@ class LabellingDriver(ModelDriver):
                                    labels=labels, has_labels=has, episode_seed=-1, t0=t, source="dagger"))
 
 
-def collect(checkpoint: str, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
-            decoder: str = "speculative", threads: int = 1, progress: bool = True) -> list[Sample]:
-    """Expert-labelled samples of the states `checkpoint`'s planner visits in `episodes` closed-loop
-    episodes (episode seeds from `seed`; use seeds no evaluation uses). `threads`: torch threads for
-    the planner (one: on a shared CPU more OpenMP threads stall)."""
-    import torch
-
-    from ddrive_ros import checkpoint as ckpt
-    from ddrive_ros.planner import Planner, PlannerOptions
-
-    torch.set_num_threads(threads)
-
-    planner = Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
+            name: str = "planner", progress: bool = True) -> list[Sample]:
+    """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
+    `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
+    from `seed`; use seeds no evaluation uses). `name` is for the log."""
     opts = LoopOptions(duration_s=EPISODE_S, plan_hz=plan_hz, latency_ms=latency_ms)
     driven_until = EPISODE_S - FUTURE_HORIZON_S
     samples: list[Sample] = []
@@ -113,8 +105,8 @@ def collect(checkpoint: str, seed: int, episodes: int, plan_hz: float = 5.0, lat
         drops.collided += driver.drops.collided
         drops.out_of_range += driver.drops.out_of_range
     log.info("dagger: %d samples from %d episodes of %s; dropped %d (expert future collides or leaves the road) "
-             "and %d (future out of the trajectory range)", len(samples), episodes, checkpoint, drops.collided,
+             "and %d (future out of the trajectory range)", len(samples), episodes, name, drops.collided,
              drops.out_of_range)
     if not samples:
-        raise ValueError(f"dagger collection from {checkpoint} gave no samples ({episodes} episodes, seed {seed})")
+        raise ValueError(f"dagger collection from {name} gave no samples ({episodes} episodes, seed {seed})")
     return samples

@@ -11,6 +11,25 @@ from ddrive_ros.sim.sample import samples_from_world
 log = logging.getLogger(__name__)
 
 
+def dagger_samples(data: dict[str, Any]) -> list[Sample]:
+    """`source: dagger`: the checkpoint's planner drives closed-loop episodes and the expert labels the
+    states it visits (`sim/dagger.py`). Keys: checkpoint, seed, episodes; optional plan_hz, latency_ms,
+    decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall)."""
+    import torch
+
+    from ddrive_ros import checkpoint as ckpt
+    from ddrive_ros.planner import Planner, PlannerOptions
+    from ddrive_ros.sim.dagger import collect
+
+    missing = {"checkpoint", "seed", "episodes"} - set(data)
+    if missing:
+        raise ValueError(f"data source dagger needs {sorted(missing)}")
+    torch.set_num_threads(int(data.get("threads", 1)))
+    planner = Planner(ckpt.load(str(data["checkpoint"])), PlannerOptions(decoder=str(data.get("decoder", "speculative"))))
+    return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
+                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]))
+
+
 def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
     """Samples from the synthetic world (`source: world`), from bag folders (`source: bags`) or from a
     planner's own closed-loop drives labelled by the expert (`source: dagger`, `sim/dagger.py`): one
@@ -33,12 +52,5 @@ def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
             out += samples
         return out
     if source == "dagger":
-        from ddrive_ros.sim.dagger import collect
-
-        missing = {"checkpoint", "seed", "episodes"} - set(data)
-        if missing:
-            raise ValueError(f"data source dagger needs {sorted(missing)}")
-        return collect(str(data["checkpoint"]), int(data["seed"]), int(data["episodes"]),
-                       plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
-                       decoder=str(data.get("decoder", "speculative")), threads=int(data.get("threads", 1)))
+        return dagger_samples(data)
     raise ValueError(f"unknown data source {source!r} (world | bags | dagger)")
