@@ -159,3 +159,27 @@ def test_ema_weights_are_what_training_returns(world_samples, tmp_path):
     name, p = next((n, p) for n, p in bundle.model.named_parameters() if n.endswith("q.weight"))
     moved = (p - start[name]).abs().max()
     assert 0 < moved < 3e-3 * 4 * 0.01, moved
+
+
+def test_repair_only_trains_on_the_repair_term_alone(world_samples):
+    from ddrive_ros.runtime.torch_backend import images_to_input
+    from ddrive_ros.training.losses import DualStreamLoss
+    from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
+
+    bundle = ckpt.load("trajectory_only_tiny")
+    layout = Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size)
+    codec = Codec(layout)
+    data = tensorize(world_samples, codec, bundle.config)
+    images, ego, nav, ids, labelled = data.batch(torch.arange(len(data)))
+    model = bundle.model
+    with torch.no_grad():
+        prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego,
+                                     torch.full_like(nav, bundle.tokenizer.bos_id), nav)
+    loss = DualStreamLoss(layout, bundle.config.prompt_len)
+    bad = perturbed_ids(ids, codec, RepairSpec(p_progress=1.0, p_heading=0.0, p_both=0.0), np.random.default_rng(0))
+    parts = loss(model, prompt, ids, labelled, torch.Generator().manual_seed(0), repair_ids=bad, repair_only=True)
+    assert abs(float(parts.total) - parts.repair) < 1e-5 and parts.repair > 0
+    mixed = loss(model, prompt, ids, labelled, torch.Generator().manual_seed(0), repair_ids=bad)
+    assert abs(float(mixed.total) - parts.repair) > 1e-4  # the plain terms are in the default total
+    with pytest.raises(ValueError, match="repair rows"):
+        loss(model, prompt, ids, labelled, torch.Generator().manual_seed(0), repair_only=True)

@@ -116,8 +116,10 @@ class DualStreamLoss:
 
     def __call__(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
                  generator: torch.Generator, teacher: tuple[DrivingVLA, "DualStreamLoss"] | None = None,
-                 distill_weight: float = 0.0, repair_ids: torch.Tensor | None = None) -> LossParts:
-        """`repair_ids` (B, L): perturbed expert ids, or a negative id in rows that are not repair rows."""
+                 distill_weight: float = 0.0, repair_ids: torch.Tensor | None = None,
+                 repair_only: bool = False) -> LossParts:
+        """`repair_ids` (B, L): perturbed expert ids, or a negative id in rows that are not repair rows.
+        `repair_only`: the loss is the repair term alone (no AR or diffusion term anywhere)."""
         noisy, masked = corrupt(ids, labelled, self.layout, self.mask_id, generator)
         repair_sel = None
         if repair_ids is not None:
@@ -137,6 +139,10 @@ class DualStreamLoss:
         diff = self._ce(diff_logits, ids, diff_sel)
         total = 0.5 * ar + 0.5 * diff
         repair = float(self._ce(diff_logits.detach(), ids, repair_sel)) if repair_sel is not None else 0.0
+        if repair_only:
+            if repair_sel is None:
+                raise ValueError("repair_only needs repair rows (repair > 0)")
+            total = self._ce(diff_logits, ids, repair_sel)
         js = torch.zeros(())
         if teacher is not None and distill_weight > 0:
             t_model, t_loss = teacher

@@ -54,6 +54,7 @@ class TrainConfig:
     init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
     repair: float = 0.0  # fraction of batch rows trained to repair a perturbed trajectory (AutoEdit)
     repair_spec: dict[str, Any] = field(default_factory=dict)  # RepairSpec fields (training/perturb.py)
+    repair_only: bool = False  # train on the repair term alone (no plain AR / diffusion loss)
     repair_own: float = 0.0  # fraction of repair rows whose input is the model's own draft, not a perturbation
     repair_temperature: float = 1.0  # sampling temperature of those drafts (0: argmax)
     trainable: list[str] = field(default_factory=list)  # fnmatch patterns of parameter names to train; empty: all
@@ -239,7 +240,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
             if own.any():
                 repair_ids[own] = losses[bs].own_drafts(model, prompt[own], ids[own], labelled[own], gen,
                                                         cfg.repair_temperature)
-        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids)
+        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids, cfg.repair_only)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
         if distributed:
