@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ddrive_ros.training.config_keys import from_checked_dict
+
 CAMERAS = 3
 
 
@@ -28,11 +30,7 @@ class CameraAugment:
     @classmethod
     def from_dict(cls, d: dict | None) -> "CameraAugment | None":
         """None when the config asks for no augmentation."""
-        d = dict(d or {})
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown augment keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        aug = cls(**d)
+        aug = from_checked_dict(cls, d, "augment")
         if aug.brightness < 0 or aug.contrast < 0 or aug.contrast >= 1 or aug.shift_px < 0:
             raise ValueError(f"augment needs brightness >= 0, 0 <= contrast < 1, shift_px >= 0; got {d}")
         return aug if (aug.brightness or aug.contrast or aug.shift_px) else None

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.scaffold.codec import Codec
+from ddrive_ros.training.config_keys import from_checked_dict
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,7 @@ class RepairSpec:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "RepairSpec":
-        d = dict(d or {})
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown repair keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**d)
+        return from_checked_dict(cls, d, "repair")
 
 
 def _arc(xy: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from ddrive_ros.runtime.torch_backend import images_to_input
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.augment import CameraAugment
+from ddrive_ros.training.config_keys import from_checked_dict
 from ddrive_ros.training.dataset import TensorData
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
@@ -65,11 +66,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown training config keys {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**d)
+        return from_checked_dict(cls, d, "training config")
 
 
 def select_trainable(model: torch.nn.Module, patterns: list[str]) -> list[torch.nn.Parameter]:
