@@ -1,7 +1,7 @@
 """DAgger data: the states the learned planner drives into, labelled by the expert.
 
 The planner drives closed-loop episodes (`ddrive sim`'s loop: controller, latency, reacting road
-users). At every plan it makes, the world is forked (`sim/fork_score.fork`) and the expert drives
+users). At every plan it makes, the world is forked (`sim/fork_score.expert_ahead`) and the expert drives
 the fork for the label horizon from where the planner has brought the ego; that future, in the ego
 frame of the plan's observation, is the trajectory label of exactly the observation the planner
 saw. These are the states imitation learning never shows the model (drifted off the lane centre,
@@ -27,7 +27,7 @@ from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_secti
 from ddrive_ros.sim.closed_loop import ClosedLoopWorld
 from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
 from ddrive_ros.sim.drivers import ModelDriver
-from ddrive_ros.sim.fork_score import fork
+from ddrive_ros.sim.fork_score import expert_ahead
 from ddrive_ros.sim.sample import episode_seeds
 from ddrive_ros.sim.world import SIM_DT
 from ddrive_ros.timeline import FUTURE_HORIZON_S, OUTPUT_TIMES
@@ -66,9 +66,8 @@ class LabellingDriver(ModelDriver):
         horizon = k + int(round(FUTURE_HORIZON_S / SIM_DT))
         if horizon >= w.n_steps:
             return
-        f = fork(w)
-        f.drive_expert_until(horizon)
-        if f.done and f.k < horizon:
+        f = expert_ahead(w, FUTURE_HORIZON_S)
+        if f.k < horizon:
             self.drops.collided += 1
             return
         steps = k + np.round(OUTPUT_TIMES / SIM_DT).astype(int)

@@ -8,6 +8,7 @@ is scored by the closed loop's own PDM scorer against the expert's progress over
 the best-of-N oracle row selects by. It is privileged; no planner on a car can do this.
 
     fork(world) -> ClosedLoopWorld
+    expert_ahead(world, horizon_s) -> a fork the expert has driven for the horizon from here
     expert_progress(world, horizon_s) -> metres the expert would make from here
     score_in_fork(world, trajectory, expert_progress_m, horizon_s) -> EpisodeScore
 """
@@ -35,15 +36,18 @@ def _steps(world: ClosedLoopWorld, horizon_s: float) -> int:
     return min(int(round(horizon_s / SIM_DT)), world.n_steps - 1 - world.k)
 
 
+def expert_ahead(world: ClosedLoopWorld, horizon_s: float = HORIZON_S) -> ClosedLoopWorld:
+    """A fork in which the expert has driven from the world's current state for the horizon (or to the
+    episode's end, or until the fork ended early: check `done` and `k`)."""
+    f = fork(world)
+    f.drive_expert_until(world.k + _steps(world, horizon_s))
+    return f
+
+
 def expert_progress(world: ClosedLoopWorld, horizon_s: float = HORIZON_S) -> float:
     """Route metres the expert makes from the world's current state over the horizon (or to the episode end)."""
-    f = fork(world)
-    k0 = f.k
-    for _ in range(_steps(world, horizon_s)):
-        if f.done:
-            break
-        f.step_expert()
-    return float(f.ego_s[f.k] - f.ego_s[k0])
+    f = expert_ahead(world, horizon_s)
+    return float(f.ego_s[f.k] - f.ego_s[world.k])
 
 
 def score_in_fork(world: ClosedLoopWorld, trajectory: np.ndarray, expert_progress_m: float,
