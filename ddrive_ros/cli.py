@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "demo": "ddrive_ros.commands.demo",
     "export": "ddrive_ros.commands.export",
     "sim": "ddrive_ros.commands.sim",
+    "rl": "ddrive_ros.commands.rl",
 }
 
 

@@ -90,6 +90,11 @@ class Planner:
     def plan(self, obs: Observation, context: SafetyContext | None = None) -> Plan:
         """`context`: obstacles and drivable corridor for safety-guided reflection (ego frame at
         obs.stamp); without one, the safety check covers kinematics and meta consistency only."""
+        return self.plan_and_ids(obs, context)[0]
+
+    def plan_and_ids(self, obs: Observation, context: SafetyContext | None = None) -> tuple[Plan, np.ndarray]:
+        """The plan and the output token ids it was decoded from ((rollouts, L), in `self.layout`):
+        what RL fine-tuning scores and trains on (`training/grpo.py`)."""
         obs.validate()
         t0 = time.perf_counter()
         images = self._images(obs.images)
@@ -109,7 +114,8 @@ class Planner:
                             reflect=reflector)
         t3 = time.perf_counter()
         self._plans += 1
-        plan = self._postprocess(ids.cpu().numpy(), obs)
+        ids = ids.cpu().numpy()
+        plan = self._postprocess(ids, obs)
         if reflector is not None and reflector.draft is not None:
             drafts = [self.codec.decode(row).waypoints for row in reflector.draft.cpu().numpy()]
             plan.draft_waypoints = np.mean(drafts, axis=0)
@@ -117,7 +123,7 @@ class Planner:
         stats.stage_ms.update(preprocess=(t1 - t0) * 1e3, encode=(t2 - t1) * 1e3, decode=(t3 - t2) * 1e3,
                               postprocess=(t4 - t3) * 1e3)
         plan.stats = stats
-        return plan
+        return plan, ids
 
     def _postprocess(self, ids: np.ndarray, obs: Observation) -> Plan:
         plans = [self.codec.decode(row) for row in ids]

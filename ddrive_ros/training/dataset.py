@@ -54,25 +54,33 @@ class TensorData:
         return self.images[idx], self.ego[idx], self.nav[idx], self.ids[idx], self.labelled[idx]
 
 
-def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
+def observation_tensors(observations, cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """Observations -> (images (N, 6, H, W, 3) uint8 at model size, ego features (N, F), nav commands):
+    the model inputs of supervised training (`tensorize`) and RL (`training/grpo.py`)."""
     h, w = cfg.vision.image_size
-    tok = codec.tok
-    images, ego, nav, ids, lab = [], [], [], [], []
-    clipped = 0
-    for s in samples:
-        o = s.observation
+    images, ego, nav = [], [], []
+    for o in observations:
         frames = o.images.reshape(-1, *o.images.shape[2:])
         if frames.shape[1:3] != (h, w):
             frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
         images.append(frames)
         ego.append(ego_features(torch.tensor([o.speed]), torch.tensor([o.accel]), torch.tensor([o.yaw_rate]),
                                 torch.as_tensor(np.asarray(o.past_xy, dtype=np.float32))[None])[0])
-        nav.append(tok.id(f"<nav:{o.nav_command}>"))
+        nav.append(o.nav_command)
+    return torch.from_numpy(np.stack(images)), torch.stack(ego).float(), nav
+
+
+def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
+    tok = codec.tok
+    ids, lab = [], []
+    clipped = 0
+    for s in samples:
         enc = codec.encode(target_plan(s, codec))
         clipped += int(enc.clipped)
         ids.append(enc.ids)
         lab.append(enc.labelled)
     if clipped:
         log.info("%d of %d samples had trajectory values outside the quantisation range (clipped)", clipped, len(ids))
-    return TensorData(torch.from_numpy(np.stack(images)), torch.stack(ego).float(), torch.tensor(nav),
+    images, ego, nav = observation_tensors([s.observation for s in samples], cfg)
+    return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
                       torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped)

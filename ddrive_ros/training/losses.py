@@ -105,7 +105,7 @@ class DualStreamLoss:
             tok = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator).view(ids.shape)
         return torch.where(traj, tok, ids)
 
-    def _ce(self, logits: torch.Tensor, target: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    def ce(self, logits: torch.Tensor, target: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
         logits = logits.float().masked_fill(~self.allowed[None], -1e4)
         if self.soft is None:
             ce = F.cross_entropy(logits.transpose(1, 2), target, reduction="none")
@@ -131,18 +131,18 @@ class DualStreamLoss:
         logits = model.forward_full(prompt, torch.cat([ids, noisy], 1), self.mask, self.action, self.positions)
         p, n = self.p, self.length
         editable = torch.as_tensor(self.layout.editable, device=ids.device)[None]
-        ar = self._ce(logits[:, p - 1:p + n - 1], ids, labelled & editable)
+        ar = self.ce(logits[:, p - 1:p + n - 1], ids, labelled & editable)
         diff_logits = logits[:, p + n - 1:p + 2 * n - 1]
         diff_sel = masked & self.diffusable[None]
         if repair_sel is not None:
             diff_sel = diff_sel | repair_sel
-        diff = self._ce(diff_logits, ids, diff_sel)
+        diff = self.ce(diff_logits, ids, diff_sel)
         total = 0.5 * ar + 0.5 * diff
-        repair = float(self._ce(diff_logits.detach(), ids, repair_sel)) if repair_sel is not None else 0.0
+        repair = float(self.ce(diff_logits.detach(), ids, repair_sel)) if repair_sel is not None else 0.0
         if repair_only:
             if repair_sel is None:
                 raise ValueError("repair_only needs repair rows (repair > 0)")
-            total = self._ce(diff_logits, ids, repair_sel)
+            total = self.ce(diff_logits, ids, repair_sel)
         js = torch.zeros(())
         if teacher is not None and distill_weight > 0:
             t_model, t_loss = teacher

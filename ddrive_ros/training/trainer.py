@@ -8,7 +8,6 @@ import fnmatch
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
@@ -27,6 +25,7 @@ from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.augment import CameraAugment
 from ddrive_ros.training.config_keys import from_checked_dict
 from ddrive_ros.training.dataset import TensorData
+from ddrive_ros.training.distributed import average_gradients, broadcast_weights, finish, init_ranks
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
 
@@ -171,15 +170,8 @@ def load_state(out: Path, bundle: ckpt.Bundle, opt: torch.optim.Optimizer) -> tu
 
 def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None, resume: bool = True,
           progress: bool = True) -> tuple[ckpt.Bundle, list[dict]]:
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    rank, world = 0, 1
-    device = torch.device("cpu")
-    if distributed:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-        rank, world = dist.get_rank(), dist.get_world_size()
-        if backend == "nccl":
-            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    ranks = init_ranks()
+    rank, device = ranks.rank, ranks.device
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -188,9 +180,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     opt = torch.optim.AdamW(select_trainable(model, cfg.trainable), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     out = Path(cfg.out)
     start, history = (load_state(out, bundle, opt) if resume else (0, []))
-    if distributed:  # same start everywhere; gradients are averaged across ranks after each backward
-        for p in model.parameters():
-            dist.broadcast(p.data, 0)
+    broadcast_weights(model, ranks)  # same start everywhere; gradients are averaged after each backward
     stages = stage_boundaries(cfg)
     repair_spec = RepairSpec.from_dict(cfg.repair_spec)
     repair_rng = np.random.default_rng(cfg.seed * 7919 + rank)
@@ -240,11 +230,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids, cfg.repair_only)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
-        if distributed:
-            for p in model.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
+        average_gradients(model, ranks)
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], cfg.grad_clip)
         opt.step()
         if ema is not None:
@@ -263,8 +249,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                 p.copy_(ema[n])
     if rank == 0:
         log.info("trained %d steps in %.0f s", cfg.steps - start, time.time() - t0)
-    if distributed:
-        dist.destroy_process_group()
+    finish(ranks)
     model.eval()
     return bundle, history
 
