@@ -82,11 +82,19 @@ def backend_for(path: str, threads: int, onnx_dir: Path) -> tuple[str, dict[str,
     raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
 
 
+def decoder_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """'speculative' or 'speculative:redraft=causal' -> (decoder, knobs)."""
+    name, _, rest = spec.partition(":")
+    knobs = dict(kv.split("=", 1) for kv in rest.split(";") if kv) if rest else {}
+    return name, knobs
+
+
 def make_run(model: str, decoder: str, path: str, threads: int, export_root: Path, first_obs) -> Run:
     bundle = ckpt.load(model)
     backend, options = backend_for(path, threads, export_root / model)
+    name, knobs = decoder_spec(decoder)
     t0 = time.perf_counter()
-    planner = Planner(bundle, PlannerOptions(backend=backend, decoder=decoder, backend_options=options))
+    planner = Planner(bundle, PlannerOptions(backend=backend, decoder=name, knobs=knobs, backend_options=options))
     run = Run(model, decoder, path, planner, setup_s=time.perf_counter() - t0)
     # the decoded ids are what token agreement compares; Planner hands them to _postprocess only
     postprocess = planner._postprocess
@@ -146,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list from {','.join(PATHS)}")
     ap.add_argument("--trajectory-paths", default="torch_eager,onnxruntime,onnxruntime_int8",
                     help="paths for trajectory_only_tiny (empty: skip it)")
+    ap.add_argument("--decoders", default="speculative",
+                    help="full-plan decoders, each 'name' or 'name:knob=value;knob=value' (e.g. speculative:redraft=causal)")
+    ap.add_argument("--trajectory-decoders", default="speculative", help="decoders for trajectory_only_tiny, the same form")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--export-dir", default=None, help="ONNX export folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -164,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     warm, samples = samples[0], samples[1:]
 
     plan_for = [("fast_ddrive_tiny", "ar", "torch_eager")]
-    plan_for += [("fast_ddrive_tiny", "speculative", p) for p in args.paths.split(",") if p]
-    plan_for += [("trajectory_only_tiny", "speculative", p) for p in args.trajectory_paths.split(",") if p]
+    plan_for += [("fast_ddrive_tiny", d, p) for d in args.decoders.split(",") for p in args.paths.split(",") if p]
+    plan_for += [("trajectory_only_tiny", d, p) for d in args.trajectory_decoders.split(",")
+                 for p in args.trajectory_paths.split(",") if p]
     if ("trajectory_only_tiny", "speculative", "torch_eager") not in plan_for and any(
             m == "trajectory_only_tiny" for m, _, _ in plan_for):
         plan_for.append(("trajectory_only_tiny", "speculative", "torch_eager"))  # the agreement reference
@@ -187,18 +199,19 @@ def main(argv: list[str] | None = None) -> int:
                 r.ade.append(ade(plan.trajectory[:horizon, 1:3], sample.future_xy[:horizon]))
         rows = summarise(runs, layouts)
 
-    full = [r for r in rows if r["model"] == "fast_ddrive_tiny" and r["decoder"] == "speculative"]
+    full = [r for r in rows if r["model"] == "fast_ddrive_tiny" and r["decoder"].startswith("speculative")]
     best = min(full, key=lambda r: r["p50_ms"])
     traj = [r for r in rows if r["model"] == "trajectory_only_tiny"]
     best_traj = min(traj, key=lambda r: r["p50_ms"]) if traj else None
     verdict = {
-        "fastest_full_plan_path": best["path"], "full_plan_p50_ms": best["p50_ms"],
+        "fastest_full_plan_path": best["path"], "fastest_full_plan_decoder": best["decoder"], "full_plan_p50_ms": best["p50_ms"],
         "full_plan_x_eager_ar": best.get("x_faster_than_eager_ar"),
         "full_plan_p50_target_met": best["p50_ms"] <= TARGETS["full_plan_p50_ms"],
         "full_plan_x_ar_target_met": (best.get("x_faster_than_eager_ar") or 0) >= TARGETS["full_plan_x_ar"],
     }
     if best_traj:
-        verdict.update(fastest_trajectory_only_path=best_traj["path"], trajectory_only_p50_ms=best_traj["p50_ms"],
+        verdict.update(fastest_trajectory_only_path=best_traj["path"], fastest_trajectory_only_decoder=best_traj["decoder"],
+                       trajectory_only_p50_ms=best_traj["p50_ms"],
                        trajectory_only_target_met=best_traj["p50_ms"] <= TARGETS["trajectory_only_p50_ms"])
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),

@@ -12,13 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 def test_cpu_speed_bench_writes_rows_with_agreement_and_ratio_to_ar(tmp_path):
     out = tmp_path / "cpu_speed.json"
     proc = subprocess.run([sys.executable, "bench/cpu_speed.py", "--plans", "1", "--threads", "1", "--paths",
-                           "onnxruntime", "--trajectory-paths", "", "--export-dir", str(tmp_path / "onnx"),
+                           "onnxruntime", "--decoders", "speculative,speculative:redraft=causal", "--trajectory-paths", "", "--export-dir", str(tmp_path / "onnx"),
                            "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| fast_ddrive_tiny | speculative | onnxruntime |" in proc.stdout
     res = json.loads(out.read_text())
     rows = {(r["decoder"], r["path"]): r for r in res["rows"]}
-    assert set(rows) == {("ar", "torch_eager"), ("speculative", "onnxruntime"), ("speculative", "torch_eager")}
+    assert set(rows) == {("ar", "torch_eager"), ("speculative", "onnxruntime"), ("speculative", "torch_eager"),
+                         ("speculative:redraft=causal", "onnxruntime")}
+    # a decoder knob changes the schedule of forwards, never the greedy plan
+    assert rows[("speculative:redraft=causal", "onnxruntime")]["token_match_vs_eager_speculative"] == 1.0
     ort = rows[("speculative", "onnxruntime")]
     assert ort["token_match_vs_eager_speculative"] == 1.0 and ort["ade_diff_vs_eager_m"] == 0.0
     assert ort["forwards_per_plan"] < rows[("ar", "torch_eager")]["forwards_per_plan"] / 3
