@@ -18,7 +18,7 @@ from ddrive_ros.model.vla import DrivingVLA  # noqa: E402
 from ddrive_ros.runtime.factory import make_backend  # noqa: E402
 from ddrive_ros.runtime.onnx_backend import OnnxBackend, SplitCache  # noqa: E402
 from ddrive_ros.runtime.onnx_export import (LIVE_GRAPHS, MAX_IR_VERSION, control_flow_nodes,  # noqa: E402
-                                            export_checkpoint, file_sha256, live_graph_name, live_inputs,
+                                            export_checkpoint, file_sha256, graph_sha256, live_graph_name, live_inputs,
                                             prefill_inputs, step_graph_name, step_inputs, vision_inputs)
 from ddrive_ros.runtime.torch_backend import TorchBackend  # noqa: E402
 from ddrive_ros.scaffold.layout import Layout  # noqa: E402
@@ -106,7 +106,8 @@ def test_export_writes_checked_graphs_with_a_manifest(exported):
         onnx.checker.check_model(proto)
         assert proto.ir_version <= MAX_IR_VERSION, name
         assert control_flow_nodes(proto.graph) == [], name
-        assert file_sha256([path]) == entry["sha256"]
+        assert graph_sha256(path, manifest["shared_weights"]["sha256"]) == entry["sha256"]
+        assert entry["data_file"] == "weights.bin"
         dims = {value.name: [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
                 for value in proto.graph.input}
         if name in LIVE_GRAPHS:  # rows, block length and prefix length are dynamic axes, the rest static
@@ -115,6 +116,20 @@ def test_export_writes_checked_graphs_with_a_manifest(exported):
             assert dims["k_prefix"] == [bb.layers, "rows", bb.kv_heads, "start", bb.head_dim], (name, dims)
         else:  # static shapes only (TensorRT, CUDA graphs)
             assert all(isinstance(d, int) and d > 0 for shape in dims.values() for d in shape), (name, dims)
+
+
+def test_graphs_share_one_weight_file_with_each_tensor_once(exported):
+    """The backbone is in the prefill, the four live and every static step graph: stored once."""
+    manifest = json.loads((exported.dir / "manifest.json").read_text())
+    shared = manifest["shared_weights"]
+    assert shared["sha256"] == file_sha256([exported.dir / "weights.bin"])
+    assert (exported.dir / "weights.bin").stat().st_size >= shared["shared_bytes"]
+    assert shared["initializer_bytes_before"] > 4 * shared["shared_bytes"]  # 9 graphs, 1 copy
+    backbone = sum(p.numel() * 4 for n, p in exported.model.named_parameters() if not n.startswith("vision"))
+    assert shared["shared_bytes"] < 1.5 * backbone + 4 * sum(p.numel() for p in exported.model.vision.parameters())
+    for entry in manifest["graphs"].values():  # graph files hold structure, not weights
+        assert (exported.dir / entry["file"]).stat().st_size < 0.1 * shared["shared_bytes"]
+    assert not list(exported.dir.glob("*.onnx.data"))
 
 
 def test_control_flow_walk_finds_nodes_inside_subgraphs():

@@ -45,6 +45,7 @@ from torch import nn
 from ddrive_ros.model.attention import attend_masked
 from ddrive_ros.model.vla import DrivingVLA
 from ddrive_ros.observation import PAST_STEPS
+from ddrive_ros.runtime.onnx_weights import SHARED_WEIGHTS, share_weights
 
 log = logging.getLogger(__name__)
 
@@ -267,6 +268,13 @@ def file_sha256(paths: Sequence[Path]) -> str:
     return digest.hexdigest()
 
 
+def graph_sha256(path: Path, weights_digest: str) -> str:
+    """A graph's identity: its file and the shared weight file it reads (by that file's digest)."""
+    digest = hashlib.sha256(weights_digest.encode())
+    digest.update(file_sha256([path]).encode())
+    return digest.hexdigest()
+
+
 def weights_sha256(model: nn.Module) -> str:
     """Fingerprint of the weights, so a stale export is never used with other weights."""
     digest = hashlib.sha256()
@@ -341,7 +349,8 @@ def _progress(items: list, desc: str):
 def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | Path, rows: Sequence[int] = (1,),
                       opset: int = OPSET, progress: bool = True) -> dict[str, Any]:
     """Write vision.onnx, prefill.onnx, the four live step graphs (ONNX Runtime), one static
-    step_w{W}_n{n}.onnx per window and row count (TensorRT), plus manifest.json (shapes, opset, IR version, sha256 per file, model config, weights fingerprint)."""
+    step_w{W}_n{n}.onnx per window and row count (TensorRT), plus manifest.json (shapes, opset, IR version, sha256 per file, model config, weights fingerprint).
+    The graphs read their weights from one shared file, each distinct tensor once (`onnx_weights.py`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for w in windows:
@@ -354,6 +363,14 @@ def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | 
     t0 = time.perf_counter()
     for spec in (_progress(specs, "ONNX export") if progress else specs):
         graphs[spec.name] = export_graph(spec, out / f"{spec.name}.onnx", opset)
+    shared = share_weights(out, [g["file"] for g in graphs.values()])
+    shared["sha256"] = file_sha256([out / SHARED_WEIGHTS])
+    import onnx
+
+    for g in graphs.values():
+        onnx.checker.check_model(str(out / g["file"]))
+        g["data_file"] = SHARED_WEIGHTS
+        g["sha256"] = graph_sha256(out / g["file"], shared["sha256"])
     manifest = {
         "opset": opset,
         "ir_version": max(g["ir_version"] for g in graphs.values()),
@@ -363,6 +380,7 @@ def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | 
         "weights_sha256": weights_sha256(cpu_model),
         "torch_version": torch.__version__,
         "graphs": graphs,
+        "shared_weights": {"file": SHARED_WEIGHTS, **shared},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     log.info("exported %d ONNX graphs to %s in %.1f s", len(graphs), out, time.perf_counter() - t0)
