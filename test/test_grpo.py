@@ -89,7 +89,7 @@ def test_ddrive_rl_drives_scores_groups_and_writes_a_model_and_a_reward_curve(ti
     from ddrive_ros.cli import main
 
     ckpt.save(tiny_traj, tmp_path / "init")
-    cfg = {"init": str(tmp_path / "init"), "out": str(tmp_path / "rl"), "iterations": 1, "episodes": 1,
+    cfg = {"init": str(tmp_path / "init"), "out": str(tmp_path / "rl"), "iterations": 1, "episodes": 1, "val_episodes": 1,
            "duration_s": 3.0, "rollouts": 3, "temperature": 1.0, "batch_groups": 2, "lr": 1e-3, "seed": 5}
     (tmp_path / "rl.yaml").write_text(yaml.safe_dump(cfg))
     assert main(["rl", "--config", str(tmp_path / "rl.yaml")]) == 0
@@ -98,6 +98,7 @@ def test_ddrive_rl_drives_scores_groups_and_writes_a_model_and_a_reward_curve(ti
     assert 0.0 <= row["reward_mean"] <= row["reward_best_of_group"] <= 1.0
     assert row["updates"] == 2 * -(-row["groups_with_spread"] // 2)  # two epochs over the groups that teach
     assert (tmp_path / "rl" / "rl_reward.png").stat().st_size > 1000
+    assert 0.0 <= row["val_pdms"] <= 1.0 and 0.0 <= row["val_pdms_before"] <= 1.0
     trained = ckpt.load(tmp_path / "rl")
     changed = any(not torch.equal(a, b) for a, b in zip(trained.model.state_dict().values(),
                                                        tiny_traj.model.state_dict().values()))

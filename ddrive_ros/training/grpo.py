@@ -68,6 +68,8 @@ class RLConfig:
     plan_hz: float = 5.0
     latency_ms: float = 200.0
     duration_s: float = 8.0
+    val_episodes: int = 0  # > 0: the deployed (greedy) planner drives these fixed episodes before and after each iteration
+    val_seed: int = 31  # their seeds derive from it (a training-side seed, never an evaluation seed)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RLConfig":
@@ -168,6 +170,21 @@ def _collect(bundle: ckpt.Bundle, cfg: RLConfig, iteration: int, ranks: Ranks, p
     return collect_groups(planner, seed, cfg.episodes, opts, progress=progress and ranks.rank == 0)
 
 
+def validate(bundle: ckpt.Bundle, cfg: RLConfig) -> dict:
+    """Closed-loop row of the planner as deployed (greedy speculative) on the fixed validation episodes:
+    the same episodes every iteration, so the curve shows the policy, not the episodes' difficulty."""
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.sim.closed_loop_run import LoopOptions, run_methods
+    from ddrive_ros.sim.drivers import ModelDriver
+    from ddrive_ros.sim.sample import episode_seeds
+
+    planner = Planner(bundle)
+    opts = LoopOptions(duration_s=cfg.duration_s, plan_hz=cfg.plan_hz, latency_ms=cfg.latency_ms)
+    results = run_methods({"greedy": lambda w: ModelDriver(planner, planner.restart_sampling).bind(w)},
+                          episode_seeds(cfg.val_seed, cfg.val_episodes), opts, progress=False)
+    return next(r for r in results if r.method == "greedy").row()
+
+
 def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[dict]]:
     """Run the RL iterations from `cfg.init`; returns the trained bundle and one history row per iteration."""
     ranks = init_ranks()
@@ -185,6 +202,10 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + ranks.rank)
     tok = bundle.tokenizer
     history: list[dict] = []
+    val0 = validate(bundle, cfg) if cfg.val_episodes and ranks.rank == 0 else None
+    if val0 is not None:
+        log.info("rl validation before training: PDMS %.3f, %.2f at-fault collisions per km", val0["pdms"],
+                 val0["at_fault_collisions_per_km"])
     for it in range(cfg.iterations):
         t0 = time.time()
         groups, runs = _collect(bundle, cfg, it, ranks, progress)
@@ -243,6 +264,10 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
                     "draft": float(np.mean([p.draft for p in parts])) if parts else 0.0,
                     "clipped": float(np.mean([p.clipped for p in parts])) if parts else 0.0,
                     "updates": len(parts), "seconds": time.time() - t0})
+        if val0 is not None:
+            val = validate(bundle, cfg)
+            row.update(val_pdms=val["pdms"], val_at_fault_per_km=val["at_fault_collisions_per_km"],
+                       val_ep=val["ep"], val_pdms_before=val0["pdms"], val_at_fault_per_km_before=val0["at_fault_collisions_per_km"])
         history.append(row)
         log.info("rl iteration %d: %d groups (%d with spread), reward %.3f (best of group %.3f), driven PDMS %.3f, "
                  "kl %.4f, %.0f s", it, row["groups"], row["groups_with_spread"], row["reward_mean"],
@@ -271,6 +296,9 @@ def plot_rewards(history: list[dict], path: Path) -> None:
     ax.plot(it, [h["reward_mean"] for h in history], "o-", label="rollouts' fork PDMS (mean)")
     ax.plot(it, [h["reward_best_of_group"] for h in history], "s--", label="best of each group")
     ax.plot(it, [h["driven_pdms"] for h in history], "^-", label="driven closed-loop PDMS (training episodes)")
+    if "val_pdms" in history[0]:
+        ax.plot([0] + it, [history[0]["val_pdms_before"]] + [h["val_pdms"] for h in history], "D-", color="black",
+                label="greedy planner, fixed validation episodes")
     ax.set_xlabel("iteration")
     ax.set_ylabel("score")
     ax.legend(fontsize=8)
