@@ -111,3 +111,26 @@ def test_unknown_rl_config_keys_are_an_error():
 
     with pytest.raises(ValueError, match="unknown rl config keys"):
         RLConfig.from_dict({"iteratons": 3})
+
+
+def test_ddrive_rl_runs_data_parallel_under_torchrun(tiny_traj, tmp_path):
+    """Two gloo ranks, each driving its own episode: they agree on the number of gradient steps (a rank
+    with fewer informative groups must not leave the other waiting in an all-reduce) and rank 0 writes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ckpt.save(tiny_traj, tmp_path / "init")
+    cfg = {"init": str(tmp_path / "init"), "out": str(tmp_path / "rl"), "iterations": 1, "episodes": 1,
+           "duration_s": 3.0, "rollouts": 3, "temperature": 1.0, "batch_groups": 2, "lr": 1e-3, "seed": 6}
+    (tmp_path / "rl.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "ddrive_ros.cli", "rl", "--config", str(tmp_path / "rl.yaml")],
+                          cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("rl iteration 0:") == 2  # both ranks collected and updated
+    (row,) = json.loads((tmp_path / "rl" / "rl_history.json").read_text())
+    assert row["groups"] == 5 and row["updates"] <= 2 * -(-row["groups_with_spread"] // 2)
+    ckpt.load(tmp_path / "rl")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             setattr(cfg, key, getattr(args, key))
     bundle, history = train_rl(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 writes the model
+        return 0
     meta = {"command": "ddrive rl " + " ".join(shlex.quote(a) for a in sys.argv[2:]), "rl_config": raw,
             "rl_iterations": len(history)}
     ckpt.save(bundle, cfg.out, meta)

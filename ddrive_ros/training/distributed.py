@@ -42,6 +42,16 @@ def average_gradients(model: torch.nn.Module, ranks: Ranks) -> None:
                 p.grad /= ranks.world
 
 
+def agree_min(value: int, ranks: Ranks) -> int:
+    """The smallest of every rank's `value`: ranks that must take the same number of collective steps
+    (each does that many gradient steps, whatever its own data allowed) agree on it here."""
+    if not ranks.distributed:
+        return int(value)
+    t = torch.tensor([int(value)], dtype=torch.int64, device=ranks.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
 def finish(ranks: Ranks) -> None:
     if ranks.distributed:
         dist.destroy_process_group()

@@ -35,7 +35,7 @@ from ddrive_ros.runtime.torch_backend import images_to_input
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.config_keys import from_checked_dict
 from ddrive_ros.training.dataset import observation_tensors
-from ddrive_ros.training.distributed import Ranks, average_gradients, broadcast_weights, finish, init_ranks
+from ddrive_ros.training.distributed import Ranks, agree_min, average_gradients, broadcast_weights, finish, init_ranks
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.noise import corrupt
 from ddrive_ros.training.trainer import select_trainable
@@ -221,7 +221,9 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
         keep = np.flatnonzero(spread)
         model.train()
         parts = []
-        if len(keep):
+        # under torchrun every rank takes the same number of gradient steps (gradients are all-reduced)
+        batches = agree_min(-(-len(keep) // cfg.batch_groups), ranks)
+        if batches:
             images, ego, navs = observation_tensors([groups[i].observation for i in keep], bundle.config)
             nav = torch.tensor([tok.id(f"<nav:{n}>") for n in navs])
             ids = torch.from_numpy(np.stack([groups[i].ids for i in keep])).long()  # (G, N, L)
@@ -240,12 +242,12 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
                                              .repeat_interleave(n, 0), rows))
                 old_lp = torch.cat(old).view(len(keep), n, -1)
                 ref_lp = torch.cat(ref).view(len(keep), n, -1)
-            steps = cfg.epochs * -(-len(keep) // cfg.batch_groups)
-            bar = tqdm(total=steps, desc=f"rl update {it + 1}/{cfg.iterations}", disable=not progress or ranks.rank != 0)
+            bar = tqdm(total=cfg.epochs * batches, desc=f"rl update {it + 1}/{cfg.iterations}",
+                       disable=not progress or ranks.rank != 0)
             for _ in range(cfg.epochs):
                 order = torch.randperm(len(keep), generator=gen)
-                for b in range(0, len(keep), cfg.batch_groups):
-                    idx = order[b:b + cfg.batch_groups]
+                for b in range(batches):
+                    idx = order[b * cfg.batch_groups:(b + 1) * cfg.batch_groups]
                     prompt = _prompts(model, images[idx], ego[idx], nav[idx], tok.bos_id).repeat_interleave(n, 0)
                     p = loss(model, prompt, ids[idx].flatten(0, 1), a[idx].flatten(), old_lp[idx].flatten(0, 1),
                              ref_lp[idx].flatten(0, 1), gen)
