@@ -109,6 +109,21 @@ def test_speculative_equals_ar_greedy_and_stays_within_two_forwards_per_token(fi
     assert stats.tokens_decided == ar_stats.tokens_decided == editable
 
 
+def test_every_redraft_equals_ar_and_action_redraft_is_causal_on_trajectory_blocks_only(tiny_fast):
+    ar, _, _ = run(tiny_fast, TorchBackend, "ar", {})
+    per_section = {}
+    for redraft in ("diffusion", "causal", "action"):
+        spec, stats, _ = run(tiny_fast, TorchBackend, "speculative", {"redraft": redraft})
+        assert torch.equal(ar, spec), redraft
+        per_section[redraft] = stats.forwards_per_section
+    action = per_section["action"]
+    assert action["trajectory"] == per_section["causal"]["trajectory"]
+    for section in ("critical_objects", "explanation", "future_meta_behavior"):
+        assert action[section] == per_section["diffusion"][section], section
+    with pytest.raises(ValueError, match="redraft"):
+        make_strategy("speculative", redraft="jacobi")
+
+
 def test_speculative_needs_fewer_forwards_than_ar_once_drafts_agree():
     """Fit a tiny model to one fixed plan for a few steps: drafts then match AR and
     speculative decoding finishes blocks in about two forwards."""

@@ -61,15 +61,18 @@ class ScaffoldSpeculative:
       "diffusion": another bidirectional forward (two forwards per iteration);
       "causal": the verification's own predictions for them (Jacobi-style: conditioned on the
         draft they replace), so every iteration after a block's first is one causal forward.
+      "action" (default): causal in trajectory (action) blocks, diffusion elsewhere. Waypoint digits
+        redraft well from the verifier (trajectory_only: 12.8 -> 7.5 forwards per plan); text
+        does not (the full plan's explanation: 16 -> 24), so each block gets the one that pays.
     Either way the verifier decides, so greedy output still equals AR and sampled output still
     follows the AR distribution (the proposal's probabilities enter the acceptance rule)."""
 
-    redraft: str = "diffusion"
+    redraft: str = "action"
     name: str = "speculative"
 
     def __post_init__(self) -> None:
-        if self.redraft not in ("diffusion", "causal"):
-            raise ValueError(f"speculative redraft must be 'diffusion' or 'causal', not {self.redraft!r}")
+        if self.redraft not in ("diffusion", "causal", "action"):
+            raise ValueError(f"speculative redraft must be 'diffusion', 'causal' or 'action', not {self.redraft!r}")
 
     def begin_block(self, ctx: BlockContext) -> None:
         ctx.next_draft = None
@@ -86,7 +89,7 @@ class ScaffoldSpeculative:
         tokens, decided, _ = verify(ctx.x, draft_probs, ar_probs, span, ctx.greedy, ctx.generator)
         ctx.x = torch.where(span & ~decided, torch.full_like(ctx.x, ctx.mask_id), ctx.x)
         ctx.decide(decided, tokens)
-        if self.redraft == "causal":
+        if self.redraft == "causal" or (self.redraft == "action" and ctx.action):
             ctx.next_draft = (ctx.pick(ar_probs)[0], ar_probs)
 
 
