@@ -25,7 +25,9 @@ def held_out():
 def test_shipped_model_loads_and_records_how_it_was_made(name):
     bundle = ckpt.load(name)
     assert "train_config" in bundle.meta and bundle.meta["train_config"]["schema"] == bundle.schema.name
-    assert bundle.meta["train_config"]["data"]["seed"] != HELD_OUT_SEED
+    data = bundle.meta["train_config"]["data"]
+    sources = data if isinstance(data, list) else [data]  # a list of sources is their concatenation
+    assert sources and all(src["seed"] != HELD_OUT_SEED for src in sources)
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -41,7 +43,8 @@ def test_speculative_gives_the_ar_plan_with_at_least_3x_fewer_forwards(name, hel
         fwd_spec.append(b.stats.forwards)
     ratio = np.mean(fwd_ar) / np.mean(fwd_spec)
     # trajectory_only trains bins with ordinal soft targets: flatter distributions, fewer exact-match drafts
-    assert ratio >= (1.5 if name.startswith("trajectory_only") else 3.0), (np.mean(fwd_ar), np.mean(fwd_spec))
+    # (the causal redraft in trajectory blocks took it from about 1.4x to 2.5x)
+    assert ratio >= (2.0 if name.startswith("trajectory_only") else 3.0), (np.mean(fwd_ar), np.mean(fwd_spec))
 
 
 @pytest.mark.parametrize("name", SHIPPED)
