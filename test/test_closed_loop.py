@@ -160,6 +160,15 @@ def test_a_plan_scored_in_a_fork_leaves_the_world_as_it_was_and_ranks_plans_like
     assert still.ep < 0.5 and still.pdms < good.pdms  # it brakes to a stop: a few metres
     assert off.dac == 0.0 and off.pdms == 0.0
     assert world.k == k and np.array_equal(world.ego_xy, snapshot[0])
+    # with a tail the expert drives on after the plan, and the score covers both stretches
+    long_ref = expert_progress(world, 4.0 + 3.0)
+    good_tail = score_in_fork(world, traj(expert_xy), long_ref, tail_s=3.0)
+    still_tail = score_in_fork(world, traj(np.zeros_like(expert_xy)), long_ref, tail_s=3.0)
+    assert long_ref >= reference  # (this expert stops at the line soon after the first 4 s)
+    assert good_tail.duration_s > good.duration_s + 2.5 and good_tail.progress_m >= good.progress_m
+    assert good_tail.nc == 1.0 and good_tail.ep > 0.9, good_tail
+    assert still_tail.progress_m > still.progress_m  # the expert drives on from the standstill
+    assert world.k == k and np.array_equal(world.ego_xy, snapshot[0])
 
 
 def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future(one_thread):

@@ -10,7 +10,7 @@ the best-of-N oracle row selects by. It is privileged; no planner on a car can d
     fork(world) -> ClosedLoopWorld
     expert_ahead(world, horizon_s) -> a fork the expert has driven for the horizon from here
     expert_progress(world, horizon_s) -> metres the expert would make from here
-    score_in_fork(world, trajectory, expert_progress_m, horizon_s) -> EpisodeScore
+    score_in_fork(world, trajectory, expert_progress_m, horizon_s, tail_s) -> EpisodeScore
 """
 from __future__ import annotations
 
@@ -51,8 +51,11 @@ def expert_progress(world: ClosedLoopWorld, horizon_s: float = HORIZON_S) -> flo
 
 
 def score_in_fork(world: ClosedLoopWorld, trajectory: np.ndarray, expert_progress_m: float,
-                  horizon_s: float = HORIZON_S) -> EpisodeScore:
-    """Track `trajectory` ((N, >=3) t, x, y, ... in the ego frame now) in a fork for the horizon and score it."""
+                  horizon_s: float = HORIZON_S, tail_s: float = 0.0) -> EpisodeScore:
+    """Track `trajectory` ((N, >=3) t, x, y, ... in the ego frame now) in a fork for the horizon and score it.
+    `tail_s` > 0: the expert then drives on from where the trajectory left the ego, and the score covers
+    both, so a plan that makes a later collision unavoidable (too fast, too close) is charged for it;
+    `expert_progress_m` must then be the expert's progress over horizon + tail."""
     f = fork(world)
     k0 = f.k
     pose = (float(f.ego_xy[k0, 0]), float(f.ego_xy[k0, 1]), float(f.ego_yaw[k0]))
@@ -62,4 +65,6 @@ def score_in_fork(world: ClosedLoopWorld, trajectory: np.ndarray, expert_progres
         if f.done:
             break
         f.step(*controller.command(f.vehicle, plan, f.k * SIM_DT))
+    if tail_s > 0:
+        f.drive_expert_until(min(f.k + int(round(tail_s / SIM_DT)), world.n_steps - 1))
     return score_episode(f.trace(start=k0), expert_progress_m)

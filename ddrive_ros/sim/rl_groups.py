@@ -50,9 +50,10 @@ class Group:
 class GroupDriver(ModelDriver):
     """The planner, plus a scored group of its rollouts at every plan it makes."""
 
-    def __init__(self, planner, horizon_s: float = 4.0) -> None:
+    def __init__(self, planner, horizon_s: float = 4.0, tail_s: float = 0.0) -> None:
         super().__init__(planner, planner.restart_sampling)
         self.horizon_s = horizon_s
+        self.tail_s = tail_s  # the expert drives on this long after each rollout (fork_score.score_in_fork)
         self.groups: list[Group] = []
 
     def plan(self, t: float):
@@ -66,17 +67,18 @@ class GroupDriver(ModelDriver):
             raise ValueError(f"GroupDriver needs a planner with rollouts >= 2 (got {ids.shape[0]} rows)")
         w = self.world
         v0 = float(w.ego_v[w.k])
-        reference = expert_progress(w, self.horizon_s)
+        reference = expert_progress(w, self.horizon_s + self.tail_s)
         scores = []
         for xy in plan.rollouts:
             yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=v0)
-            scores.append(score_in_fork(w, to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed), reference, self.horizon_s))
+            scores.append(score_in_fork(w, to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed), reference, self.horizon_s,
+                                        self.tail_s))
         self.groups.append(Group(obs, ids, scores))
         return plan, compute_s
 
 
 def collect_groups(planner, seed: int, episodes: int, opts: LoopOptions | None = None,
-                   progress: bool = True) -> tuple[list[Group], list[EpisodeRun]]:
+                   progress: bool = True, tail_s: float = 0.0) -> tuple[list[Group], list[EpisodeRun]]:
     """Scored groups from `episodes` closed-loop episodes (episode seeds from `seed`: use seeds no
     evaluation uses) and the episode runs themselves (their closed-loop scores: how the planner drove)."""
     opts = opts or LoopOptions(latency_ms=200.0)
@@ -84,7 +86,7 @@ def collect_groups(planner, seed: int, episodes: int, opts: LoopOptions | None =
     runs: list[EpisodeRun] = []
     bar = tqdm(episode_seeds(seed, episodes), desc="rl episodes", unit="ep", disable=not progress)
     for ep_seed in bar:
-        driver = GroupDriver(planner)
+        driver = GroupDriver(planner, tail_s=tail_s)
 
         def factory(world: ClosedLoopWorld, d: GroupDriver = driver) -> GroupDriver:
             return d.bind(world)

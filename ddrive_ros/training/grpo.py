@@ -68,6 +68,7 @@ class RLConfig:
     plan_hz: float = 5.0
     latency_ms: float = 200.0
     duration_s: float = 8.0
+    tail_s: float = 0.0  # > 0: after each rollout's 4 s the expert drives on this long in its fork, inside the score
     val_episodes: int = 0  # > 0: the deployed (greedy) planner drives these fixed episodes before and after each iteration
     val_seed: int = 31  # their seeds derive from it (a training-side seed, never an evaluation seed)
 
@@ -167,7 +168,7 @@ def _collect(bundle: ckpt.Bundle, cfg: RLConfig, iteration: int, ranks: Ranks, p
                                              temperature=0.0, seed=1000 * iteration + ranks.rank))
     opts = LoopOptions(duration_s=cfg.duration_s, plan_hz=cfg.plan_hz, latency_ms=cfg.latency_ms)
     seed = cfg.seed * 100_003 + iteration * ranks.world + ranks.rank
-    return collect_groups(planner, seed, cfg.episodes, opts, progress=progress and ranks.rank == 0)
+    return collect_groups(planner, seed, cfg.episodes, opts, progress=progress and ranks.rank == 0, tail_s=cfg.tail_s)
 
 
 def validate(bundle: ckpt.Bundle, cfg: RLConfig) -> dict:
