@@ -14,7 +14,8 @@ import yaml
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.planner import Planner, PlannerOptions
 from ddrive_ros.training.dataset import observation_tensors
-from ddrive_ros.training.grpo import GrpoLoss, _prompts, advantages
+from ddrive_ros.training.dataset import batch_prompts
+from ddrive_ros.training.grpo import GrpoLoss, advantages
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def observation():
 
 def _inputs(bundle, obs):
     images, ego, nav = observation_tensors([obs], bundle.config)
-    return _prompts(bundle.model, images, ego, torch.tensor([bundle.tokenizer.id(f"<nav:{n}>") for n in nav]),
+    return batch_prompts(bundle.model, images, ego, torch.tensor([bundle.tokenizer.id(f"<nav:{n}>") for n in nav]),
                     bundle.tokenizer.bos_id)
 
 

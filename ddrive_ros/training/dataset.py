@@ -84,3 +84,12 @@ def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
     images, ego, nav = observation_tensors([s.observation for s in samples], cfg)
     return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
                       torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped)
+
+
+def batch_prompts(model, images: torch.Tensor, ego: torch.Tensor, nav: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """Prompt embeddings of a training batch (uint8 images at model size, ego features, nav token ids),
+    with gradients through the vision encoder: the one prompt build of supervised training and RL."""
+    from ddrive_ros.runtime.torch_backend import images_to_input
+
+    bos = torch.full_like(nav, bos_id)
+    return model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)

@@ -31,10 +31,9 @@ from tqdm import tqdm
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.model.vla import DrivingVLA
-from ddrive_ros.runtime.torch_backend import images_to_input
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.config_keys import from_checked_dict
-from ddrive_ros.training.dataset import observation_tensors
+from ddrive_ros.training.dataset import batch_prompts, observation_tensors
 from ddrive_ros.training.distributed import Ranks, agree_min, average_gradients, broadcast_weights, finish, init_ranks
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.noise import corrupt
@@ -154,11 +153,6 @@ class GrpoLoss:
                          float((clipped * w).sum() / n))
 
 
-def _prompts(model: DrivingVLA, images: torch.Tensor, ego: torch.Tensor, nav: torch.Tensor, bos_id: int) -> torch.Tensor:
-    bos = torch.full_like(nav, bos_id)
-    return model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)
-
-
 def _collect(bundle: ckpt.Bundle, cfg: RLConfig, iteration: int, ranks: Ranks, progress: bool):
     from ddrive_ros.planner import Planner, PlannerOptions
     from ddrive_ros.sim.closed_loop_run import LoopOptions
@@ -237,9 +231,9 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
                 for b in range(0, len(keep), cfg.batch_groups):
                     sl = slice(b, b + cfg.batch_groups)
                     rows = ids[sl].flatten(0, 1)
-                    old.append(loss.logprobs(model, _prompts(model, images[sl], ego[sl], nav[sl], tok.bos_id)
+                    old.append(loss.logprobs(model, batch_prompts(model, images[sl], ego[sl], nav[sl], tok.bos_id)
                                              .repeat_interleave(n, 0), rows))
-                    ref.append(loss.logprobs(reference, _prompts(reference, images[sl], ego[sl], nav[sl], tok.bos_id)
+                    ref.append(loss.logprobs(reference, batch_prompts(reference, images[sl], ego[sl], nav[sl], tok.bos_id)
                                              .repeat_interleave(n, 0), rows))
                 old_lp = torch.cat(old).view(len(keep), n, -1)
                 ref_lp = torch.cat(ref).view(len(keep), n, -1)
@@ -249,7 +243,7 @@ def train_rl(cfg: RLConfig, progress: bool = True) -> tuple[ckpt.Bundle, list[di
                 order = torch.randperm(len(keep), generator=gen)
                 for b in range(batches):
                     idx = order[b * cfg.batch_groups:(b + 1) * cfg.batch_groups]
-                    prompt = _prompts(model, images[idx], ego[idx], nav[idx], tok.bos_id).repeat_interleave(n, 0)
+                    prompt = batch_prompts(model, images[idx], ego[idx], nav[idx], tok.bos_id).repeat_interleave(n, 0)
                     p = loss(model, prompt, ids[idx].flatten(0, 1), a[idx].flatten(), old_lp[idx].flatten(0, 1),
                              ref_lp[idx].flatten(0, 1), gen)
                     opt.zero_grad(set_to_none=True)

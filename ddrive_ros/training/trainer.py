@@ -19,12 +19,11 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from ddrive_ros import checkpoint as ckpt
-from ddrive_ros.runtime.torch_backend import images_to_input
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.training.augment import CameraAugment
 from ddrive_ros.training.config_keys import from_checked_dict
-from ddrive_ros.training.dataset import TensorData
+from ddrive_ros.training.dataset import TensorData, batch_prompts
 from ddrive_ros.training.distributed import average_gradients, broadcast_weights, finish, init_ranks
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
@@ -213,8 +212,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
         if augment is not None:
             images = augment(images, gen)
-        bos = torch.full_like(nav, bundle.tokenizer.bos_id)
-        prompt = model.prompt_embeds(model.encode_images(images_to_input(images, torch.float32)), ego, bos, nav)
+        prompt = batch_prompts(model, images, ego, nav, bundle.tokenizer.bos_id)
         repair_ids = None
         if cfg.repair > 0:
             rows = torch.from_numpy(repair_rng.random(ids.shape[0]) < cfg.repair)
