@@ -107,6 +107,8 @@ def test_ddrive_sim_two_short_episodes_in_process(tmp_path):
             assert k in r
         assert r["episodes"] == 2 and 0.0 <= r["pdms"] <= 1.0
     assert rows["speculative"]["plan_ms"] > 0 and rows["speculative"]["latency_ms"] == pytest.approx(200.0)
+    assert {e["kind"] for e in doc["episodes"]} <= {"straight", "curve", "intersection", "crosswalk"}
+    assert sum(r["episodes"] for r in doc["by_situation"] if r["method"] == "speculative" and r["by"] == "kind") == 2
     assert len(list((tmp_path / "video").glob("*.mp4"))) == 1
     assert (tmp_path / "video" / "pdms_by_method.png").stat().st_size > 1000
 

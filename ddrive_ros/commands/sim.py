@@ -61,6 +61,8 @@ def register(sub) -> None:
     p.add_argument("--num-threads", type=int, default=1,
                    help="torch CPU threads of the in-process planners (1: no spinning pools fighting over shared cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--breakdown", default=None, metavar="SAVED_JSON",
+                   help="drive nothing: print a saved run's episodes by situation (scenario kind, navigation command)")
     p.set_defaults(func=run)
 
 
@@ -135,6 +137,9 @@ def warm_up(planner) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.breakdown:
+        return print_breakdown(Path(args.breakdown))
+    from ddrive_ros.sim.breakdown import breakdown, markdown as situation_markdown
     from ddrive_ros.sim.closed_loop_run import LoopOptions, markdown, run_methods
     from ddrive_ros.sim.drivers import BestOfNDriver, ConstantVelocityDriver, IdmPlannerDriver, ModelDriver
     from ddrive_ros.sim.sample import default_renderer, episode_seeds
@@ -219,6 +224,9 @@ def run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     rows = [r.row() for r in results]
     print(markdown(rows))
+    print("\nBy situation (PDMS, then episodes with: PDMS 0 / an at-fault collision / off the drivable area / "
+          "a stop-sign violation / a red-light violation):\n")
+    print(situation_markdown(breakdown(episode_records([x for r in results for x in r.runs]))))
     sim_s = sum(x.sim_s for r in results for x in r.runs)
     world_s = sum(x.world_s for r in results for x in r.runs)
     planner_s = sum(x.planner_s for r in results for x in r.runs)
@@ -246,11 +254,34 @@ def partial_rows(runs: list) -> list[dict]:
     return [MethodResult(m, rs).row() for m, rs in by.items()]
 
 
+def print_breakdown(path: Path) -> int:
+    from ddrive_ros.sim.breakdown import breakdown, markdown as situation_markdown, with_situation
+
+    try:
+        doc = json.loads(path.read_text())
+        episodes = doc["episodes"]
+        duration = float(doc.get("config", {}).get("duration_s", 8.0))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{path}: not a saved `ddrive sim --json` run ({e})") from e
+    print(situation_markdown(breakdown(with_situation(episodes, duration))))
+    return 0
+
+
+def episode_records(runs: list) -> list[dict]:
+    """Per-episode JSON entries: method, seed, the scenario's kind and command, and the scores."""
+    from ddrive_ros.sim.breakdown import situation
+
+    return [{"method": r.method, "seed": r.seed, **situation(r.world.scenario), **r.score.to_dict()} for r in runs]
+
+
 def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: dict) -> None:
     doc = {"rows": rows,
            "config": {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
                       "ros": bool(args.ros), "num_threads": args.num_threads, **extra},
-           "episodes": [{"method": r.method, "seed": r.seed, **r.score.to_dict()} for r in runs]}
+           "episodes": episode_records(runs)}
+    from ddrive_ros.sim.breakdown import breakdown
+
+    doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=1))
