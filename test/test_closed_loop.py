@@ -111,6 +111,7 @@ def test_ddrive_sim_two_short_episodes_in_process(tmp_path):
     assert sum(r["episodes"] for r in doc["by_situation"] if r["method"] == "speculative" and r["by"] == "kind") == 2
     assert len(list((tmp_path / "video").glob("*.mp4"))) == 1
     assert (tmp_path / "video" / "pdms_by_method.png").stat().st_size > 1000
+    assert (tmp_path / "video" / "pdms_by_situation.png").stat().st_size > 1000
 
 
 def test_open_loop_pdm_navsim_protocol_expert_future_scores_one_constant_velocity_lower():

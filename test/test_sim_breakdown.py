@@ -58,9 +58,12 @@ def test_ddrive_sim_breakdown_reads_a_saved_run(tmp_path, capsys):
     saved = tmp_path / "sim.json"
     saved.write_text(json.dumps({"config": {"duration_s": 8.0}, "episodes": [
         {k: v for k, v in record("planner", "", "", 0.25, seed=seed, dac=0.0).items() if k not in ("kind", "nav_command")}]}))
-    assert main(["sim", "--breakdown", str(saved)]) == 0
+    assert main(["sim", "--breakdown", str(saved), "--plot", str(tmp_path / "by_kind.png")]) == 0
     out = capsys.readouterr().out
     assert f"| {sample_scenario(seed, 8.0).kind} | 1 | 0.25 (0 / 0 / 1 / 0 / 0) |" in out
+    assert (tmp_path / "by_kind.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="--plot draws a saved run"):
+        main(["sim", "--plot", str(tmp_path / "x.png")])
     (tmp_path / "junk.json").write_text("[1, 2]")
     with pytest.raises(SystemExit, match="not a saved `ddrive sim --json` run"):
         main(["sim", "--breakdown", str(tmp_path / "junk.json")])

@@ -63,6 +63,7 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--breakdown", default=None, metavar="SAVED_JSON",
                    help="drive nothing: print a saved run's episodes by situation (scenario kind, navigation command)")
+    p.add_argument("--plot", default=None, metavar="PNG", help="with --breakdown: also draw PDMS by scenario kind here")
     p.set_defaults(func=run)
 
 
@@ -138,7 +139,9 @@ def warm_up(planner) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.breakdown:
-        return print_breakdown(Path(args.breakdown))
+        return print_breakdown(Path(args.breakdown), args.plot)
+    if args.plot:
+        raise SystemExit("--plot draws a saved run (--breakdown); a run with --video draws pdms_by_situation.png itself")
     from ddrive_ros.sim.breakdown import breakdown, markdown as situation_markdown
     from ddrive_ros.sim.closed_loop_run import LoopOptions, markdown, run_methods
     from ddrive_ros.sim.drivers import BestOfNDriver, ConstantVelocityDriver, IdmPlannerDriver, ModelDriver
@@ -237,7 +240,11 @@ def run(args: argparse.Namespace) -> int:
     if video_dir is not None:
         from ddrive_ros.sim.sim_video import write_summary
 
+        from ddrive_ros.sim.breakdown import write_png as write_situations
+
         videos.append(str(write_summary(video_dir, rows)))
+        videos.append(str(write_situations(breakdown(episode_records([x for r in results for x in r.runs])),
+                                           video_dir / "pdms_by_situation.png")))
         print("pictures: " + ", ".join(videos))
     if args.json:
         write_json(args, rows, [x for r in results for x in r.runs],
@@ -254,8 +261,8 @@ def partial_rows(runs: list) -> list[dict]:
     return [MethodResult(m, rs).row() for m, rs in by.items()]
 
 
-def print_breakdown(path: Path) -> int:
-    from ddrive_ros.sim.breakdown import breakdown, markdown as situation_markdown, with_situation
+def print_breakdown(path: Path, plot: str | None = None) -> int:
+    from ddrive_ros.sim.breakdown import breakdown, markdown as situation_markdown, with_situation, write_png
 
     try:
         doc = json.loads(path.read_text())
@@ -263,7 +270,10 @@ def print_breakdown(path: Path) -> int:
         duration = float(doc.get("config", {}).get("duration_s", 8.0))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{path}: not a saved `ddrive sim --json` run ({e})") from e
-    print(situation_markdown(breakdown(with_situation(episodes, duration))))
+    rows = breakdown(with_situation(episodes, duration))
+    print(situation_markdown(rows))
+    if plot:
+        print(f"picture: {write_png(rows, plot)}")
     return 0
 
 

@@ -170,7 +170,7 @@ def write_video(path: str | Path, frames: Sequence[np.ndarray], fps: float = 10.
 def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", width: int = 560,
               bar_height: int = 22, value_range: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """Horizontal bars, one per label, with the value written at the end of each bar."""
-    pad, label_w = 8, 170
+    pad, label_w = 8, max(170, width - 390)
     h = pad * 3 + 18 + len(labels) * (bar_height + 6)
     img = np.full((h, width, 3), BACKGROUND, np.uint8)
     cv2.putText(img, title, (pad, pad + 12), cv2.FONT_HERSHEY_SIMPLEX, 0.45, TEXT, 1, cv2.LINE_AA)
@@ -178,7 +178,7 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str = "", w
     span = width - label_w - 3 * pad - 40
     for i, (label, v) in enumerate(zip(labels, values)):
         y = pad * 2 + 18 + i * (bar_height + 6)
-        cv2.putText(img, label[:26], (pad, y + bar_height - 7), cv2.FONT_HERSHEY_SIMPLEX, 0.4, TEXT, 1, cv2.LINE_AA)
+        cv2.putText(img, label[:max(26, (label_w - pad) // 7)], (pad, y + bar_height - 7), cv2.FONT_HERSHEY_SIMPLEX, 0.4, TEXT, 1, cv2.LINE_AA)
         frac = 0.0 if not np.isfinite(v) else float(np.clip((v - lo) / (hi - lo), 0.0, 1.0))
         x0 = label_w + pad
         cv2.rectangle(img, (x0, y), (x0 + int(frac * span), y + bar_height), PLAN, -1)

@@ -22,6 +22,7 @@ so a saved run can be broken down again without driving it.
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Iterable
 
 GROUPINGS = ("kind", "nav_command")
@@ -105,3 +106,18 @@ def markdown(rows: list[dict[str, Any]], methods: list[str] | None = None) -> st
             out.append(f"| {name} | {n} | " + " | ".join(parts) + " |")
         out.append("")
     return "\n".join(out).rstrip()
+
+
+def write_png(rows: list[dict[str, Any]], path: str | Path, by: str = "kind") -> Path:
+    """Bars of mean PDMS per (group, method) for one grouping: where each method loses its score."""
+    from ddrive_ros.evaluation import draw
+
+    if by not in GROUPINGS:
+        raise ValueError(f"grouping must be one of {GROUPINGS}, not {by!r}")
+    picked = [r for r in rows if r["by"] == by]
+    if not picked:
+        raise ValueError(f"no episodes to draw grouped by {by}")
+    picked.sort(key=lambda r: r["group"])  # stable: methods stay in their order inside a group
+    img = draw.bar_chart([f"{r['group']}: {r['method']} (n={r['episodes']})" for r in picked],
+                         [r["pdms"] for r in picked], title=f"closed-loop PDMS by {by.replace('_', ' ')}", width=720)
+    return draw.write_png(Path(path), img)
