@@ -64,6 +64,8 @@ class Run:
     forwards: list[int] = field(default_factory=list)
     ids: list[np.ndarray] = field(default_factory=list)
     ade: list[float] = field(default_factory=list)
+    stages: list[dict[str, float]] = field(default_factory=list)  # per plan: where its time went (ms)
+    step_ms: float = 0.0  # backend step time of the plan being made (timed around Backend.step)
 
     @property
     def label(self) -> str:
@@ -104,11 +106,49 @@ def make_run(model: str, decoder: str, path: str, threads: int, export_root: Pat
         return postprocess(ids, obs)
 
     planner._postprocess = keep_ids
+    # the backend's own time per decode step, so the loop's host work is what is left of "blocks"
+    step = planner.backend.step
+
+    def timed_step(*a, **k):
+        t = time.perf_counter()
+        out = step(*a, **k)
+        run.step_ms += (time.perf_counter() - t) * 1e3
+        return out
+
+    planner.backend.step = timed_step
     t0 = time.perf_counter()
     planner.plan(first_obs)  # warm-up: compilation, ORT session warm-up, allocator
     run.first_plan_s = time.perf_counter() - t0
     run.ids.clear()
     return run
+
+
+STAGES = ("preprocess", "vision", "prefill", "steps", "loop_host", "postprocess", "other")
+
+
+def stage_split(stage_ms: dict[str, float], step_ms: float, total_ms: float) -> dict[str, float]:
+    """One plan's time by stage: image/ego preprocessing, vision encoder + prompt, prefill, the
+    backend's decode steps, the decode loop's host work between them (sampling, verification, masks,
+    Python), postprocessing, and what Planner.plan spends outside those (other)."""
+    blocks = stage_ms.get("blocks", 0.0)
+    split = {"preprocess": stage_ms.get("preprocess", 0.0), "vision": stage_ms.get("encode", 0.0),
+             "prefill": stage_ms.get("prefill", 0.0), "steps": step_ms, "loop_host": max(blocks - step_ms, 0.0),
+             "postprocess": stage_ms.get("postprocess", 0.0)}
+    split["other"] = max(total_ms - sum(split.values()), 0.0)
+    return split
+
+
+def stage_table(runs: list["Run"]) -> tuple[str, list[dict[str, Any]]]:
+    """Mean ms per stage and run (means add up to the mean plan; p50s would not)."""
+    head = "| model | decoder | path | " + " | ".join(STAGES) + " | mean plan |"
+    out, rows = [head, "|" + "---|" * (head.count("|") - 1)], []
+    for r in runs:
+        mean = {k: round(float(np.mean([x[k] for x in r.stages])), 2) for k in STAGES} if r.stages else {}
+        rows.append({"model": r.model, "decoder": r.decoder, "path": r.path, **mean,
+                     "mean_plan_ms": round(float(np.mean(r.ms)), 2) if r.ms else None})
+        out.append(f"| {r.model} | {r.decoder} | {r.path} | " + " | ".join(str(mean.get(k, "")) for k in STAGES)
+                   + f" | {rows[-1]['mean_plan_ms']} |")
+    return "\n".join(out), rows
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -191,13 +231,16 @@ def main(argv: list[str] | None = None) -> int:
         layouts = {r.model: r.planner.layout.editable for r in runs}
         for sample in tqdm(samples, desc="plans (round-robin over paths)", unit="obs"):
             for r in runs:
+                r.step_ms = 0.0
                 t0 = time.perf_counter()
                 plan = r.planner.plan(sample.observation)
                 r.ms.append((time.perf_counter() - t0) * 1e3)
+                r.stages.append(stage_split(plan.stats.stage_ms, r.step_ms, r.ms[-1]))
                 r.forwards.append(plan.stats.forwards)
                 horizon = min(len(sample.future_xy), len(plan.trajectory))
                 r.ade.append(ade(plan.trajectory[:horizon, 1:3], sample.future_xy[:horizon]))
         rows = summarise(runs, layouts)
+        stages_md, stage_rows = stage_table(runs)
 
     full = [r for r in rows if r["model"] == "fast_ddrive_tiny" and r["decoder"].startswith("speculative")]
     best = min(full, key=lambda r: r["p50_ms"])
@@ -220,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "this run, absolute ms are inflated by their load",
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
-        "torch": torch.__version__, "targets": TARGETS, "verdict": verdict, "rows": rows,
+        "torch": torch.__version__, "targets": TARGETS, "verdict": verdict, "rows": rows, "stages_ms": stage_rows,
     }
     print(table(rows))
+    print("\nWhere the time goes (mean ms per plan):\n")
+    print(stages_md)
     print(json.dumps(verdict, indent=2))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

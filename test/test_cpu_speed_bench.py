@@ -26,3 +26,10 @@ def test_cpu_speed_bench_writes_rows_with_agreement_and_ratio_to_ar(tmp_path):
     assert ort["token_match_vs_eager_speculative"] == 1.0 and ort["ade_diff_vs_eager_m"] == 0.0
     assert ort["forwards_per_plan"] < rows[("ar", "torch_eager")]["forwards_per_plan"] / 3
     assert ort["x_faster_than_eager_ar"] > 0 and res["machine"]["shared"] and res["verdict"]["fastest_full_plan_path"]
+    # where the time goes: the stages add up to the mean plan, and decode steps take part of it
+    stages = {(r["decoder"], r["path"]): r for r in res["stages_ms"]}
+    st = stages[("speculative", "onnxruntime")]
+    parts = sum(st[k] for k in ("preprocess", "vision", "prefill", "steps", "loop_host", "postprocess", "other"))
+    assert abs(parts - st["mean_plan_ms"]) < 0.05 * st["mean_plan_ms"] + 0.1
+    assert 0 < st["steps"] < st["mean_plan_ms"] and st["vision"] > 0 and st["prefill"] > 0
+    assert "Where the time goes" in proc.stdout
