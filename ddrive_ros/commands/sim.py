@@ -227,9 +227,10 @@ def run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     rows = [r.row() for r in results]
     print(markdown(rows))
+    situations = breakdown(episode_records([x for r in results for x in r.runs]))
     print("\nBy situation (PDMS, then episodes with: PDMS 0 / an at-fault collision / off the drivable area / "
           "a stop-sign violation / a red-light violation):\n")
-    print(situation_markdown(breakdown(episode_records([x for r in results for x in r.runs]))))
+    print(situation_markdown(situations))
     sim_s = sum(x.sim_s for r in results for x in r.runs)
     world_s = sum(x.world_s for r in results for x in r.runs)
     planner_s = sum(x.planner_s for r in results for x in r.runs)
@@ -238,13 +239,11 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"  {r['method']:<18} world {r['world_s_per_sim_s']:.3f} s/sim-s   planner {r['planner_s_per_sim_s']:.3f} s/sim-s")
     if video_dir is not None:
+        from ddrive_ros.sim.breakdown import write_png as write_situations
         from ddrive_ros.sim.sim_video import write_summary
 
-        from ddrive_ros.sim.breakdown import write_png as write_situations
-
         videos.append(str(write_summary(video_dir, rows)))
-        videos.append(str(write_situations(breakdown(episode_records([x for r in results for x in r.runs])),
-                                           video_dir / "pdms_by_situation.png")))
+        videos.append(str(write_situations(situations, video_dir / "pdms_by_situation.png")))
         print("pictures: " + ", ".join(videos))
     if args.json:
         write_json(args, rows, [x for r in results for x in r.runs],
@@ -285,13 +284,13 @@ def episode_records(runs: list) -> list[dict]:
 
 
 def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: dict) -> None:
+    from ddrive_ros.sim.breakdown import breakdown
+
     doc = {"rows": rows,
            "config": {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
                       "ros": bool(args.ros), "num_threads": args.num_threads, **extra},
            "episodes": episode_records(runs)}
-    from ddrive_ros.sim.breakdown import breakdown
-
     doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(doc, indent=1))
