@@ -85,9 +85,9 @@ def breakdown(episodes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(rows: list[dict[str, Any]], methods: list[str] | None = None) -> str:
+def markdown(rows: list[dict[str, Any]]) -> str:
     """One table per grouping; a column per method's PDMS and its failure counts (n = episodes)."""
-    methods = methods or list(dict.fromkeys(r["method"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
     out = []
     for by in GROUPINGS:
         names = sorted({r["group"] for r in rows if r["by"] == by})
