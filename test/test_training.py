@@ -130,6 +130,38 @@ def test_soft_targets_anneal_to_one_hot_and_balancing_evens_out_navigation_comma
     assert abs(float(half.sum()) - 1.0) < 1e-9 and half[nav == 2].sum() > 0.05 * 1.5
 
 
+def test_surprise_sampling_draws_what_constant_velocity_does_not_predict():
+    from types import SimpleNamespace
+
+    from ddrive_ros.evaluation.metrics import constant_velocity_prediction
+    from ddrive_ros.training.dataset import cv_surprise
+    from ddrive_ros.training.trainer import sampling_weights
+
+    times = 0.5 * np.arange(1, 11)
+    fine_t = np.linspace(0.0, 6.0, 61)
+
+    def sample(future_xy, speed=8.0, yaw_rate=0.1):
+        return SimpleNamespace(future_times=fine_t, future_xy=future_xy,
+                               observation=SimpleNamespace(speed=speed, yaw_rate=yaw_rate))
+
+    cruising = sample(constant_velocity_prediction(8.0, 0.1, fine_t))
+    assert cv_surprise(cruising, times) < 1e-6
+    braking = sample(np.column_stack([8.0 * fine_t - 0.5 * fine_t ** 2, np.zeros_like(fine_t)]), yaw_rate=0.0)
+    expected = np.mean(0.5 * times ** 2)  # x falls behind v t by a t^2 / 2 with a = 1 m/s^2
+    assert abs(cv_surprise(braking, times) - expected) < 1e-6
+
+    nav = torch.zeros(4, dtype=torch.long)
+    surprise = torch.tensor([0.0, 0.0, 2.0, 20.0])
+    w = sampling_weights(nav, 0.0, surprise, 1.0, surprise_cap=6.0)
+    assert torch.allclose(w, torch.tensor([0.0, 0.0, 0.25, 0.75], dtype=w.dtype))  # 20 m counts as the cap
+    mixed = sampling_weights(nav, 0.5, surprise, 0.25)
+    assert abs(float(mixed.sum()) - 1.0) < 1e-9 and mixed[0] == mixed[1] > 0
+    with pytest.raises(ValueError, match="sum to <= 1"):
+        sampling_weights(nav, 0.8, surprise, 0.3)
+    with pytest.raises(ValueError, match="one surprise value per sample"):
+        sampling_weights(nav, 0.0, None, 0.5)
+
+
 def test_camera_augmentation_jitters_and_shifts_each_camera_the_same_way_in_both_frames():
     from ddrive_ros.training.augment import CameraAugment
 

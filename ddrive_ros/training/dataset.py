@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import torch
 
+from ddrive_ros.evaluation.metrics import constant_velocity_prediction
 from ddrive_ros.model.config import ModelConfig
 from ddrive_ros.model.vision import ego_features
 from ddrive_ros.plan import Plan
@@ -21,9 +22,7 @@ def target_plan(sample, codec: Codec) -> Plan:
     schema's times; the other sections from its labels where it has them."""
     wf = codec.schema.waypoint_field()
     times = wf.dt * np.arange(1, wf.count + 1)
-    fut_t = np.asarray(sample.future_times, dtype=float)
-    fut = np.asarray(sample.future_xy, dtype=float)
-    xy = np.stack([np.interp(times, fut_t, fut[:, 0]), np.interp(times, fut_t, fut[:, 1])], 1)
+    xy = future_at(sample, times)
     labels = getattr(sample, "labels", None)
     has = getattr(sample, "has_labels", {})
     plan = Plan(codec.schema.name, xy, times)
@@ -46,6 +45,7 @@ class TensorData:
     ids: torch.Tensor  # (N, L)
     labelled: torch.Tensor  # (N, L) bool
     clipped: int = 0
+    surprise: torch.Tensor | None = None  # (N,) metres: how far the future departs from constant velocity
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -82,8 +82,27 @@ def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
     if clipped:
         log.info("%d of %d samples had trajectory values outside the quantisation range (clipped)", clipped, len(ids))
     images, ego, nav = observation_tensors([s.observation for s in samples], cfg)
+    wf = codec.schema.waypoint_field()
+    times = wf.dt * np.arange(1, wf.count + 1)
+    surprise = torch.tensor([cv_surprise(s, times) for s in samples], dtype=torch.float32)
     return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
-                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped)
+                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise)
+
+
+def cv_surprise(sample, times: np.ndarray) -> float:
+    """Mean distance (m) between a sample's future and constant velocity (speed and yaw rate held) at
+    `times`: near zero when cruising, large where the scene changes the motion (a curve's start, a stop
+    sign, a braking lead vehicle, a turn), the situations a planner must read from its cameras."""
+    obs = sample.observation
+    cv = constant_velocity_prediction(obs.speed, obs.yaw_rate, times)
+    return float(np.linalg.norm(future_at(sample, times) - cv, axis=1).mean())
+
+
+def future_at(sample, times: np.ndarray) -> np.ndarray:
+    """The sample's future ego-frame positions (K, 2) interpolated at `times`."""
+    fut_t = np.asarray(sample.future_times, dtype=float)
+    fut = np.asarray(sample.future_xy, dtype=float)
+    return np.stack([np.interp(times, fut_t, fut[:, 0]), np.interp(times, fut_t, fut[:, 1])], 1)
 
 
 def batch_prompts(model, images: torch.Tensor, ego: torch.Tensor, nav: torch.Tensor, bos_id: int) -> torch.Tensor:

@@ -59,6 +59,8 @@ class TrainConfig:
     trainable: list[str] = field(default_factory=list)  # fnmatch patterns of parameter names to train; empty: all
     anneal: list[float] = field(default_factory=list)  # [from_fraction, to_sigma]: bin_sigma -> to_sigma linearly from there
     balance: float = 0.0  # 0: uniform sampling; 1: every navigation command equally often; between: a mix
+    surprise: float = 0.0  # share of sampling weight proportional to a sample's constant-velocity surprise (m)
+    surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
 
@@ -99,16 +101,31 @@ def bin_sigma_at(step: int, cfg: TrainConfig) -> float:
     return float(cfg.bin_sigma + (cfg.anneal[1] - cfg.bin_sigma) * min(1.0, u))
 
 
-def sampling_weights(nav: torch.Tensor, balance: float) -> torch.Tensor | None:
-    """Per-sample weights mixing uniform (1 - balance) with equal weight per navigation command (balance):
-    turns and lane changes are about a fifth of the data and would otherwise be seen rarely."""
-    if balance <= 0:
+def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor | None = None,
+                     surprise_share: float = 0.0, surprise_cap: float = 8.0) -> torch.Tensor | None:
+    """Per-sample weights, a mix of three distributions: uniform (1 - balance - surprise_share), equal
+    weight per navigation command (balance: turns and lane changes are about a fifth of the data and
+    would otherwise be seen rarely), and proportional to each sample's constant-velocity surprise in
+    metres, capped at `surprise_cap` (surprise_share: curve starts, stop-sign approaches and braking
+    lead vehicles, where the future is not the present motion held). None: uniform."""
+    if not 0 <= balance <= 1 or not 0 <= surprise_share <= 1 or balance + surprise_share > 1:
+        raise ValueError(f"balance ({balance}) and surprise ({surprise_share}) must be in [0, 1] and sum to <= 1")
+    if balance == 0 and surprise_share == 0:
         return None
-    if balance > 1:
-        raise ValueError(f"balance must be in [0, 1], got {balance}")
-    _, inverse, counts = torch.unique(nav, return_inverse=True, return_counts=True)
-    per_class = 1.0 / (counts.numel() * counts.double())
-    return (1.0 - balance) / nav.numel() + balance * per_class[inverse]
+    n = nav.numel()
+    w = torch.full((n,), (1.0 - balance - surprise_share) / n, dtype=torch.float64)
+    if balance > 0:
+        _, inverse, counts = torch.unique(nav, return_inverse=True, return_counts=True)
+        per_class = 1.0 / (counts.numel() * counts.double())
+        w += balance * per_class[inverse]
+    if surprise_share > 0:
+        if surprise is None or surprise.numel() != n:
+            raise ValueError("surprise sampling needs one surprise value per sample (TensorData.surprise)")
+        s = surprise.double().clamp(0.0, surprise_cap)
+        if float(s.sum()) <= 0:
+            raise ValueError("surprise sampling: every sample follows constant velocity exactly (all surprise 0)")
+        w += surprise_share * s / s.sum()
+    return w
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -189,7 +206,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     current_bs = None
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
                total=cfg.steps)
-    weights = sampling_weights(data.nav, cfg.balance)
+    weights = sampling_weights(data.nav, cfg.balance, data.surprise, cfg.surprise, cfg.surprise_cap)
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
