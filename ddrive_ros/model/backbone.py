@@ -104,7 +104,9 @@ class Backbone(nn.Module):
             cache.k[i][:, :, start:end] = k
             cache.v[i][:, :, start:end] = v
             keys, values = cache.k[i][:, :, :live], cache.v[i][:, :, :live]
-            x = x + layer.attn.out(attend_live(q, keys.to(q.dtype), values.to(q.dtype), causal, pattern))
+            if keys.dtype != q.dtype:
+                keys, values = keys.to(q.dtype), values.to(q.dtype)
+            x = x + layer.attn.out(attend_live(q, keys, values, causal, pattern))
             x = layer.feed_forward(x, action)
         return self.logits(x[:, -1:] if last_only else x, action)
 

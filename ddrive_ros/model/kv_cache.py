@@ -18,11 +18,14 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.batch = batch
         self.max_len = max_len
+        self._views: dict[int, KVCacheView] = {}
 
     def rows(self, n: int) -> "KVCacheView":
         if n > self.batch:
             raise ValueError(f"cache holds {self.batch} rows, {n} requested (raise max rollouts)")
-        return KVCacheView(self.k[:, :n], self.v[:, :n])
+        if n not in self._views:  # made once per row count: a decode step pays no view ops for it
+            self._views[n] = KVCacheView(self.k[:, :n], self.v[:, :n])
+        return self._views[n]
 
     def fork(self, n: int, prefix_len: int) -> None:
         """Copy row 0's first `prefix_len` positions into rows 1..n-1 (no recompute)."""
@@ -37,8 +40,9 @@ class KVCache:
 
 
 class KVCacheView:
-    """The first n rows of a cache: views, so writes land in the cache itself."""
+    """The first n rows of a cache as one view per layer (k[i], v[i]: (n, kv_heads, max_len, head_dim)),
+    so writes land in the cache itself."""
 
     def __init__(self, k: torch.Tensor, v: torch.Tensor):
-        self.k = k
-        self.v = v
+        self.k = list(k.unbind(0))
+        self.v = list(v.unbind(0))
