@@ -216,8 +216,9 @@ def test_s2d2_sampling_preserves_the_ar_distribution(tiny_fast):
 
 @pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
 def test_forwards_start_at_the_committed_prefix_with_the_same_tokens(fixture, request, monkeypatch):
-    """On a dynamic-shape backend the loop starts forwards one position before the first open or changed
-    position of the block: fewer positions through the backbone, the same tokens as whole-block forwards."""
+    """On a dynamic-shape backend the loop's window is the block's own length (not the padded window) and
+    forwards start one position before the first open or changed position of the block: fewer positions
+    through the backbone and through the loop's softmax, the same tokens as whole-window forwards."""
     bundle = request.getfixturevalue(fixture)
     trimmed, s_trim, _ = run(bundle, TorchBackend, "speculative", {})
     monkeypatch.setattr(TorchBackend, "dynamic_windows", False)
@@ -226,6 +227,19 @@ def test_forwards_start_at_the_committed_prefix_with_the_same_tokens(fixture, re
     assert s_trim.tokens_processed <= s_whole.tokens_processed
     if fixture == "tiny_fast":  # (the random trajectory_only model accepts its whole draft at once)
         assert s_trim.tokens_processed < 0.9 * s_whole.tokens_processed, (s_trim.tokens_processed, s_whole.tokens_processed)
+
+
+def test_the_additive_allowed_bias_gives_the_masked_softmax_bit_for_bit():
+    from ddrive_ros.decoding.sampling import allowed_bias, constrained_probs
+
+    g = torch.Generator().manual_seed(3)
+    logits = 8 * torch.randn(2, 7, 50, generator=g)
+    allowed = torch.rand(7, 50, generator=g) > 0.6
+    allowed[:, 0] = True
+    for t in (0.0, 1.0, 0.7):
+        masked, biased = constrained_probs(logits, allowed, t), constrained_probs(logits, allowed_bias(allowed), t)
+        assert torch.equal(masked, biased)
+        assert float(masked[:, ~allowed].max()) == 0.0  # disallowed tokens get no probability
 
 
 def test_forked_rollouts_do_not_recompute_the_prefix_and_greedy_rollouts_equal_the_greedy_plan(tiny_fast):

@@ -65,9 +65,10 @@ class BlockContext:
         self.valid = block.length
         self.start = backend.prompt_len + block.start
         self.action = bool(layout.action[block.start])
-        self.allowed = masks.allowed
+        self.allowed = masks.allowed[: self.w]  # bool, for confidence estimates (S2D2)
+        self.bias = masks.bias[: self.w]  # the same as the softmax's additive bias
         self.x = x
-        self.open = masks.editable[None].expand(self.n, -1).clone()
+        self.open = masks.editable[None, : self.w].expand(self.n, -1).clone()
         self.carry = carry
         self.temperature = temperature
         self.greedy = temperature <= 0
@@ -98,7 +99,7 @@ class BlockContext:
         return torch.cat([logits.new_zeros(self.n, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
 
     def probs(self, pred_logits: torch.Tensor) -> torch.Tensor:
-        return constrained_probs(pred_logits, self.allowed, self.temperature)
+        return constrained_probs(pred_logits, self.bias, self.temperature)
 
     def pick(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return choose(probs, self.greedy, self.generator)
@@ -111,7 +112,7 @@ class BlockContext:
 
     def fill_first(self) -> None:
         """Position 0 from the carried causal logit: exact, and no forward of its own."""
-        probs = constrained_probs(self.carry[:, None], self.allowed[:1], self.temperature)
+        probs = constrained_probs(self.carry[:, None], self.bias[:1], self.temperature)
         tok, _ = choose(probs, self.greedy, self.generator)
         tokens = self.x.clone()
         tokens[:, 0] = tok[:, 0]
@@ -215,7 +216,9 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     `pinned` (rows, L) bool: editable positions kept as they are in `out` (inpainting around
     anchors); then the open count is read from the device once more per block."""
     bt = masks.blocks[block.index]
-    w = backend.window
+    # a dynamic-shape backend takes windows as long as the block itself: the loop's work per forward
+    # (softmax, argmax, verification) then covers the block's positions, not the padded window
+    w = block.length if getattr(backend, "dynamic_windows", False) else backend.window
     x = torch.full((out.shape[0], w), layout.tokenizer.pad_id, dtype=out.dtype, device=out.device)
     x[:, : block.length] = out[:, block.start:block.end]
     ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)

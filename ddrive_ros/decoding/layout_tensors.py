@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ddrive_ros.decoding.sampling import allowed_bias
 from ddrive_ros.scaffold.layout import Layout
 
 
@@ -19,6 +20,7 @@ from ddrive_ros.scaffold.layout import Layout
 class BlockTensors:
     editable: torch.Tensor  # (W,) bool, False past the block's end
     allowed: torch.Tensor  # (W, V) bool, False past the block's end
+    bias: torch.Tensor  # (W, V) float32: `allowed` as the additive bias the loop's softmax takes
     n_editable: int  # host copy: how many positions the block decides (per row)
     first_editable: bool  # host copy: whether the carried logit fills position 0
 
@@ -52,6 +54,6 @@ def _build(layout: Layout, window: int, vocab_size: int, device: torch.device) -
         editable[: block.length] = torch.as_tensor(layout.editable[block.start:block.end])
         allowed = torch.zeros(window, vocab_size, dtype=torch.bool)
         allowed[: block.length] = torch.as_tensor(layout.allowed[block.start:block.end])
-        blocks.append(BlockTensors(editable.to(device), allowed.to(device), int(editable.sum()),
-                                   bool(layout.editable[block.start])))
+        blocks.append(BlockTensors(editable.to(device), allowed.to(device), allowed_bias(allowed).to(device),
+                                   int(editable.sum()), bool(layout.editable[block.start])))
     return LayoutTensors(torch.as_tensor(layout.template_ids).to(device), tuple(blocks))
