@@ -50,11 +50,11 @@ def verify(draft: torch.Tensor, draft_probs: torch.Tensor | None, ar_probs: torc
     Returns (tokens (n, W), decided (n, W) bool, rejected_at (n,) index or W).
     """
     n, w = draft.shape
-    q_tok = ar_probs.gather(-1, draft[..., None])[..., 0]
     if greedy:
-        ok = draft == ar_probs.argmax(-1)
         replacement = ar_probs.argmax(-1)
+        ok = draft == replacement
     else:
+        q_tok = ar_probs.gather(-1, draft[..., None])[..., 0]
         p_tok = draft_probs.gather(-1, draft[..., None])[..., 0]
         u = torch.rand(draft.shape, generator=generator, device=draft.device)
         ok = u < torch.clamp(q_tok / p_tok.clamp_min(1e-12), max=1.0)
