@@ -64,6 +64,10 @@ def register(sub) -> None:
     p.add_argument("--breakdown", default=None, metavar="SAVED_JSON",
                    help="drive nothing: print a saved run's episodes by situation (scenario kind, navigation command)")
     p.add_argument("--plot", default=None, metavar="PNG", help="with --breakdown: also draw PDMS by scenario kind here")
+    p.add_argument("--compare", nargs=2, default=None, metavar=("BASE_JSON", "NEW_JSON"),
+                   help="drive nothing: two saved runs of the same episodes, paired episode by episode "
+                        "(mean difference and its standard error per sub-score and scenario kind)")
+    p.add_argument("--compare-method", default="speculative", help="with --compare: the method row to pair")
     p.set_defaults(func=run)
 
 
@@ -138,6 +142,8 @@ def warm_up(planner) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return print_comparison(args.compare, args.compare_method, args.json)
     if args.breakdown:
         return print_breakdown(Path(args.breakdown), args.plot)
     if args.plot:
@@ -273,6 +279,20 @@ def print_breakdown(path: Path, plot: str | None = None) -> int:
     print(situation_markdown(rows))
     if plot:
         print(f"picture: {write_png(rows, plot)}")
+    return 0
+
+
+def print_comparison(paths: list[str], method: str, json_out: str | None) -> int:
+    from ddrive_ros.sim.compare import compare, load_episodes, markdown as comparison_markdown
+
+    try:
+        result = compare(load_episodes(Path(paths[0]), method), load_episodes(Path(paths[1]), method))
+    except ValueError as e:
+        raise SystemExit(str(e)) from e
+    print(comparison_markdown(result, Path(paths[0]).stem, Path(paths[1]).stem))
+    if json_out:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps({"base": paths[0], "new": paths[1], "method": method, **result}, indent=1))
     return 0
 
 

@@ -1,0 +1,57 @@
+"""`ddrive sim --compare`: two saved runs paired episode by episode."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from ddrive_ros.sim.compare import compare, paired
+
+BASE_KEYS = {"nc": 1.0, "dac": 1.0, "ep": 0.9, "ttc": 1.0, "comfort": 1.0, "route_compliance": 1.0,
+             "at_fault_collisions": 0, "stop_sign_violations": 0}
+
+
+def episode(method, seed, pdms, kind="curve", **over):
+    return {"method": method, "seed": seed, "kind": kind, "nav_command": "FOLLOW_LANE", "pdms": pdms,
+            **BASE_KEYS, **over}
+
+
+def test_paired_difference_and_its_standard_error():
+    p = paired([0.5, 0.7, 0.9, 0.1], [0.6, 0.7, 1.0, 0.0])
+    assert p["n"] == 4 and math.isclose(p["diff"], 0.025) and (p["up"], p["down"], p["equal"]) == (2, 1, 1)
+    d = [0.1, 0.0, 0.1, -0.1]
+    sd = math.sqrt(sum((x - 0.025) ** 2 for x in d) / 3)
+    assert math.isclose(p["se"], sd / 2)
+    with pytest.raises(ValueError, match="equal, non-empty"):
+        paired([], [])
+
+
+def test_episodes_pair_by_seed_and_unmatched_seeds_are_reported():
+    base = {s: episode("speculative", s, 0.8) for s in (1, 2, 3)}
+    new = {s: episode("speculative", s, 0.9, kind="straight" if s == 2 else "curve") for s in (2, 3, 4)}
+    new[3]["at_fault_collisions"] = 1
+    r = compare(base, new)
+    assert (r["paired_episodes"], r["only_base"], r["only_new"]) == (2, 1, 1)
+    assert math.isclose(r["metrics"]["pdms"]["diff"], 0.1) and r["metrics"]["at_fault_collisions"]["up"] == 1
+    assert set(r["pdms_by_kind"]) == {"curve"}  # the kind comes from the base run's records
+    with pytest.raises(ValueError, match="share no episode seed"):
+        compare({1: base[1]}, {4: new[4]})
+
+
+def test_ddrive_sim_compare_reads_two_saved_runs(tmp_path, capsys):
+    from ddrive_ros.cli import main
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"episodes": [episode("speculative", s, 0.5) for s in range(3)]
+                             + [episode("idm planner", s, 1.0) for s in range(3)]}))
+    b.write_text(json.dumps({"episodes": [episode("speculative", s, 0.5 + 0.1 * s) for s in range(3)]}))
+    assert main(["sim", "--compare", str(a), str(b), "--json", str(tmp_path / "cmp.json")]) == 0
+    out = capsys.readouterr().out
+    assert "| pdms | 3 | 0.500 | 0.600 | +0.100 | 0.058 | 2 / 0 / 1 |" in out
+    assert json.loads((tmp_path / "cmp.json").read_text())["metrics"]["pdms"]["n"] == 3
+    with pytest.raises(SystemExit, match="no episodes of method 'idm planner'"):
+        main(["sim", "--compare", str(b), str(a), "--compare-method", "idm planner"])
+    (tmp_path / "junk.json").write_text("[1]")
+    with pytest.raises(SystemExit, match="not a saved `ddrive sim --json` run"):
+        main(["sim", "--compare", str(tmp_path / "junk.json"), str(a)])
