@@ -17,6 +17,7 @@ from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
 from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
 from ddrive_ros.planner_options import PlannerOptions
+from ddrive_ros.previous_plan import prior_ids
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
@@ -52,6 +53,8 @@ class Planner:
             log.info("%s backend: %d step graphs captured at start-up", self.backend.name, captured)
         self.bos = torch.tensor([self.tokenizer.bos_id])
         self._plans = 0
+        self._previous: Plan | None = None  # the last plan, the next one's draft (previous_plan.py)
+        self._uses_prior = opt.draft_previous and getattr(self.strategy, "uses_prior", False)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, backend: str = "torch", decoder: str = "speculative",
@@ -74,9 +77,10 @@ class Planner:
         return self.bundle.model.ego_features(f(obs.speed), f(obs.accel), f(obs.yaw_rate), past)
 
     def restart_sampling(self) -> None:
-        """Sampling seeds restart from options.seed, so a run of plans (one closed-loop episode)
-        draws the same rollouts whatever ran before it."""
+        """Sampling seeds restart from options.seed and the previous plan is forgotten, so a run of
+        plans (one closed-loop episode) draws the same rollouts whatever ran before it."""
         self._plans = 0
+        self._previous = None
 
     def _nav(self, obs: Observation) -> torch.Tensor:
         return torch.tensor([self.tokenizer.id(f"<nav:{obs.nav_command}>")])
@@ -109,9 +113,13 @@ class Planner:
             if opt.reflect in ("safety", "both") and context is None:
                 context = SafetyContext(v0=float(obs.speed))
             reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds))
+        prior = None
+        if self._uses_prior and self._previous is not None:
+            carried = prior_ids(self.codec, self._previous, obs.stamp)
+            prior = torch.from_numpy(carried) if carried is not None else None
         ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
                             DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans),
-                            reflect=reflector)
+                            reflect=reflector, prior=prior)
         t3 = time.perf_counter()
         self._plans += 1
         ids = ids.cpu().numpy()
@@ -123,6 +131,7 @@ class Planner:
         stats.stage_ms.update(preprocess=(t1 - t0) * 1e3, encode=(t2 - t1) * 1e3, decode=(t3 - t2) * 1e3,
                               postprocess=(t4 - t3) * 1e3)
         plan.stats = stats
+        self._previous = plan
         return plan, ids
 
     def _postprocess(self, ids: np.ndarray, obs: Observation) -> Plan:

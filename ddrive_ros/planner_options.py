@@ -24,3 +24,6 @@ class PlannerOptions:
     reflect: str = "off"
     autoedit_tau: float = 0.5  # AutoEdit rewrites a drafted token less than this times as likely as its prediction
     safety_rounds: int = 3  # anchor search + inpainting rounds of safety-guided reflection
+    # speculative decoding drafts each block from the previous plan carried forward to the new stamp
+    # (ddrive_ros/previous_plan.py): fewer forwards on a stream, the same greedy plan
+    draft_previous: bool = True

@@ -26,6 +26,13 @@ that offset, so it costs no extra sync. Causal results are the same as over
 the whole block (verification stays exact); a draft then reads the committed
 positions' causal K/V, as it reads earlier blocks'. Static-shape backends (CUDA
 graphs, TensorRT) always run whole blocks.
+
+Prior draft: `decode(..., prior=ids)` hands the loop token ids from outside the model (the
+previous plan carried forward to this observation: `ddrive_ros/previous_plan.py`) for every
+editable position; a strategy that drafts (scaffold speculative) verifies them as the first draft
+of each block instead of running its own draft forward. The verifier still decides every token, so
+greedy output is AR's whatever the prior says; a block whose prior is accepted whole costs one
+forward, the verification that is also its commit.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
@@ -78,6 +86,16 @@ class BlockContext:
         self._causal_last: torch.Tensor | None = None
         self.trim = bool(getattr(backend, "dynamic_windows", False))
         self.lo = 0  # window position the next forwards start at (see "Committed prefix" above)
+        self.prior: torch.Tensor | None = None  # (n, W) ids from outside the model for the open positions
+
+    def prior_draft(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The prior as a draft: its tokens and, when sampling, their proposal distribution (one-hot: a
+        deterministic proposal, so acceptance min(1, q/p) is q and a rejection resamples from q without
+        the drafted token, which keeps the AR distribution). None without a prior for this block."""
+        if self.prior is None:
+            return None
+        probs = None if self.greedy else torch.nn.functional.one_hot(self.prior, self.bias.shape[-1]).float()
+        return self.prior, probs
 
     # -- forwards -------------------------------------------------------------
     def forward(self, bidirectional: bool) -> torch.Tensor:
@@ -170,9 +188,12 @@ class Reflector(Protocol):
 
 
 def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Strategy,
-           options: DecodeOptions | None = None, reflect: Reflector | None = None) -> tuple[torch.Tensor, DecodeStats]:
+           options: DecodeOptions | None = None, reflect: Reflector | None = None,
+           prior: torch.Tensor | None = None) -> tuple[torch.Tensor, DecodeStats]:
     """Decode one plan. Returns output token ids (rows, L) (rows = rollouts) and statistics.
-    `reflect` then revises the trajectory (each rollout on its own fork), reusing the cache."""
+    `reflect` then revises the trajectory (each rollout on its own fork), reusing the cache.
+    `prior` (L,) ids: a draft for every editable position, from outside the model (see the module
+    docstring); blocks where it has a mask or an id the position may not take get none."""
     opt = options or DecodeOptions()
     stats = DecodeStats(decoder=strategy.name)
     t0 = time.perf_counter()
@@ -186,6 +207,8 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     gen = torch.Generator(device=device).manual_seed(opt.seed)
     masks = layout_tensors(layout, backend.window, backend.vocab_size, device)
     out = masks.template[None].clone()
+    priors = _prior_windows(layout, masks, prior, device) if prior is not None else {}
+    stats.prior_blocks = len(priors)
     names = layout.schema.section_names
     traj_blocks = layout.section_blocks(names.index("trajectory")) if "trajectory" in names else []
     fork_at = traj_blocks[0].index if traj_blocks else -1
@@ -199,7 +222,8 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
                 carry = carry.expand(opt.rollouts, -1).clone()
                 temperature = opt.rollout_temperature
             start = TrajectoryStart(carry, traj_blocks, masks, temperature, gen)
-        carry = decode_block(backend, layout, masks, out, block, carry, strategy, temperature, gen, stats)
+        carry = decode_block(backend, layout, masks, out, block, carry, strategy, temperature, gen, stats,
+                             prior=priors.get(block.index))
     t_blocks = time.perf_counter()
     stats.stage_ms["blocks"] = (t_blocks - t0) * 1000.0 - stats.stage_ms["prefill"]
     if reflect is not None and start is not None:
@@ -211,10 +235,11 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
 
 def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: torch.Tensor, block: Block, carry: torch.Tensor,
                  strategy: Strategy, temperature: float, gen: torch.Generator, stats: DecodeStats,
-                 pinned: torch.Tensor | None = None) -> torch.Tensor:
+                 pinned: torch.Tensor | None = None, prior: torch.Tensor | None = None) -> torch.Tensor:
     """Decode one block of `out` (rows, L) in place from its template; return the next carry.
     `pinned` (rows, L) bool: editable positions kept as they are in `out` (inpainting around
-    anchors); then the open count is read from the device once more per block."""
+    anchors); then the open count is read from the device once more per block.
+    `prior` (block.length,) ids: the block's draft from outside the model (`decode`'s prior)."""
     bt = masks.blocks[block.index]
     # a dynamic-shape backend takes windows as long as the block itself: the loop's work per forward
     # (softmax, argmax, verification) then covers the block's positions, not the padded window
@@ -223,6 +248,9 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     x[:, : block.length] = out[:, block.start:block.end]
     ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)
     rows = out.shape[0]
+    if prior is not None:
+        ctx.prior = torch.where(bt.editable[None, :w], torch.nn.functional.pad(prior, (0, w - block.length))[None], x)
+        ctx.prior = ctx.prior.expand(rows, -1)
     if pinned is not None:
         keep = torch.zeros_like(ctx.open)
         keep[:, : block.length] = pinned[:, block.start:block.end]
@@ -253,6 +281,23 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     carry = ctx.finish(stale)
     out[:, block.start:block.end] = ctx.x[:, : block.length]
     return carry
+
+
+def _prior_windows(layout: Layout, masks: LayoutTensors, prior: torch.Tensor, device: torch.device) -> dict[int, torch.Tensor]:
+    """Block index -> the prior's ids over that block, for the blocks whose every editable position
+    has a prior id the position may take (checked once per plan on the host: the prior comes from
+    the host, so this costs no device read)."""
+    ids = prior.detach().cpu().reshape(-1)
+    if ids.shape[0] != layout.length:
+        raise ValueError(f"a prior draft has {ids.shape[0]} ids, the layout {layout.length}")
+    ok = layout.allowed[np.arange(layout.length), ids.clamp(0, layout.allowed.shape[1] - 1).numpy()]
+    ok &= ids.numpy() < layout.allowed.shape[1]
+    out = {}
+    for block in layout.blocks:
+        sl = slice(block.start, block.end)
+        if np.all(ok[sl] | ~layout.editable[sl]):
+            out[block.index] = ids[sl].to(device)
+    return out
 
 
 def ranks_desc(score: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

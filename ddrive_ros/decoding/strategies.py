@@ -65,17 +65,21 @@ class ScaffoldSpeculative:
         redraft well from the verifier (trajectory_only: 12.8 -> 7.5 forwards per plan); text
         does not (the full plan's explanation: 16 -> 24), so each block gets the one that pays.
     Either way the verifier decides, so greedy output still equals AR and sampled output still
-    follows the AR distribution (the proposal's probabilities enter the acceptance rule)."""
+    follows the AR distribution (the proposal's probabilities enter the acceptance rule).
+
+    A block with a prior draft (`decode(..., prior=...)`: the previous plan carried forward) takes it
+    as its first draft: no draft forward, and a block whose prior is accepted whole costs one forward."""
 
     redraft: str = "action"
     name: str = "speculative"
+    uses_prior = True  # not a field: a class fact the planner reads
 
     def __post_init__(self) -> None:
         if self.redraft not in ("diffusion", "causal", "action"):
             raise ValueError(f"speculative redraft must be 'diffusion', 'causal' or 'action', not {self.redraft!r}")
 
     def begin_block(self, ctx: BlockContext) -> None:
-        ctx.next_draft = None
+        ctx.next_draft = ctx.prior_draft()
 
     def step(self, ctx: BlockContext) -> None:
         if ctx.next_draft is None:

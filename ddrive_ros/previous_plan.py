@@ -1,0 +1,58 @@
+"""The previous plan carried forward to a new observation, as token ids: a draft for speculative decoding.
+
+A planner that runs on a stream sees nearly the same scene every 100-200 ms, and its last plan is a
+good guess at the next one: the critical objects, the explanation and the meta behaviour usually
+repeat word for word, and the trajectory is the same path seen from a little further along it.
+Scaffold speculative decoding verifies any draft with the model's own causal forward, so a draft
+from outside the model changes what a plan costs, never what it says (greedy output equals AR,
+sampled output keeps the AR distribution); a block whose carried-forward draft is accepted whole
+costs one forward instead of two or more.
+
+Carrying forward: the text sections are copied; the trajectory is re-expressed in the new ego
+frame, taking the pose the previous plan predicted for the new stamp (its JMT trajectory at
+dt = new stamp - old stamp, from the origin at t = 0) as where the vehicle now is, and sampling the
+previous trajectory at each waypoint time + dt (past its horizon: on at its last velocity). Then
+the codec spells it in the schema's tokens. Nothing is carried over a gap longer than `max_gap_s`
+or backwards in time (a new episode, a replay restart).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ddrive_ros.plan import Plan
+from ddrive_ros.scaffold.codec import Codec
+
+MAX_GAP_S = 1.0  # beyond this the scene has moved on too far for the old plan to be a useful draft
+
+
+def carried_forward(plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> Plan | None:
+    """`plan` (made at plan.stamp) as a guess at the plan for `stamp`; None when there is no useful one."""
+    dt = float(stamp) - float(plan.stamp)
+    if not 0.0 < dt <= max_gap_s or plan.trajectory is None:
+        return None
+    traj = np.asarray(plan.trajectory, dtype=float)
+    t = np.concatenate([[0.0], traj[:, 0]])
+    xy = np.vstack([[0.0, 0.0], traj[:, 1:3]])
+    yaw = np.unwrap(np.concatenate([[0.0], traj[:, 3]]))
+    x0, y0 = np.interp(dt, t, xy[:, 0]), np.interp(dt, t, xy[:, 1])
+    yaw0 = float(np.interp(dt, t, yaw))
+    query = np.asarray(plan.waypoint_times, dtype=float) + dt
+    pts = np.stack([np.interp(query, t, xy[:, 0]), np.interp(query, t, xy[:, 1])], axis=1)
+    beyond = query > t[-1]
+    if np.any(beyond):
+        velocity = (xy[-1] - xy[-2]) / max(t[-1] - t[-2], 1e-6)
+        pts[beyond] = xy[-1] + (query[beyond] - t[-1])[:, None] * velocity
+    c, s = np.cos(yaw0), np.sin(yaw0)
+    rel = pts - np.array([x0, y0])
+    ego = np.stack([c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]], axis=1)
+    return replace(plan, waypoints=ego, stamp=float(stamp), trajectory=None, rollouts=[], stats=None)
+
+
+def prior_ids(codec: Codec, plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> np.ndarray | None:
+    """The previous plan carried forward to `stamp`, spelled as output ids (MASK where it says nothing)."""
+    guess = carried_forward(plan, stamp, max_gap_s)
+    if guess is None:
+        return None
+    return codec.encode(guess).ids

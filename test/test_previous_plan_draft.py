@@ -1,0 +1,147 @@
+"""Drafting from the previous plan: speculative decoding verifies a draft from outside the model, so the
+plan never changes (greedy = AR, sampling keeps the AR distribution) and a stream costs fewer forwards."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ddrive_ros.decoding.block_loop import DecodeOptions, decode
+from ddrive_ros.decoding.strategies import make_strategy
+from ddrive_ros.plan import MetaBehavior, Plan
+from ddrive_ros.previous_plan import carried_forward, prior_ids
+from ddrive_ros.runtime.torch_backend import TorchBackend
+from ddrive_ros.timeline import OUTPUT_TIMES
+from test_decoding import inputs, layout_for
+
+
+def _decode(bundle, decoder, prior=None, options=None, rows=1):
+    layout = layout_for(bundle, decoder)
+    backend = TorchBackend(bundle.model, layout.window, max_rows=rows)
+    prompt = backend.prompt(*inputs(bundle))
+    return decode(backend, layout, prompt, make_strategy(decoder), options, prior=prior)
+
+
+@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
+def test_a_prior_that_is_the_plan_costs_one_forward_per_block(fixture, request):
+    bundle = request.getfixturevalue(fixture)
+    ar, _ = _decode(bundle, "ar")
+    spec, stats = _decode(bundle, "speculative", prior=ar[0])
+    layout = layout_for(bundle, "speculative")
+    assert torch.equal(spec, ar)
+    assert stats.prior_blocks == len(layout.blocks)
+    # every block: one verification, fully accepted, which is also its commit
+    assert stats.forwards == 1 + len(layout.blocks), stats.forwards_per_section
+
+
+@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
+def test_a_wrong_prior_still_gives_the_ar_plan(fixture, request):
+    bundle = request.getfixturevalue(fixture)
+    ar, _ = _decode(bundle, "ar")
+    layout = layout_for(bundle, "speculative")
+    rng = np.random.default_rng(4)
+    wrong = layout.template_ids.copy()
+    for i in np.flatnonzero(layout.editable):  # an allowed token, chosen at random: mostly not the model's
+        wrong[i] = rng.choice(np.flatnonzero(layout.allowed[i]))
+    spec, stats = _decode(bundle, "speculative", prior=torch.from_numpy(wrong))
+    assert torch.equal(spec, ar)
+    assert stats.prior_blocks == len(layout.blocks)
+
+
+def test_blocks_whose_prior_is_masked_or_not_allowed_draft_themselves(tiny_fast):
+    ar, _ = _decode(tiny_fast, "ar")
+    layout = layout_for(tiny_fast, "speculative")
+    prior = ar[0].clone()
+    first, second = layout.blocks[0], layout.blocks[1]
+    prior[first.start + int(np.flatnonzero(layout.editable[first.start:first.end])[-1])] = tiny_fast.tokenizer.mask_id
+    prior[second.start + int(np.flatnonzero(layout.editable[second.start:second.end])[-1])] = tiny_fast.tokenizer.bos_id
+    spec, stats = _decode(tiny_fast, "speculative", prior=prior)
+    assert torch.equal(spec, ar)
+    assert stats.prior_blocks == len(layout.blocks) - 2
+    with pytest.raises(ValueError, match="prior draft has"):
+        _decode(tiny_fast, "speculative", prior=prior[:-1])
+
+
+def test_a_deterministic_proposal_keeps_the_ar_distribution():
+    """A prior is a deterministic proposal (one-hot p): accepted with probability q(d), else resampled
+    from q without d. The verifier's samples must follow q, not the prior."""
+    from ddrive_ros.decoding.sampling import verify
+
+    n, v, d = 20_000, 6, 1
+    g = torch.Generator().manual_seed(2)
+    q = torch.softmax(2.0 * torch.randn(v, generator=g), -1)
+    q = torch.where(torch.arange(v) == d, torch.tensor(0.3), q * 0.7 / (q.sum() - q[d]))  # q(d) = 0.3
+    draft = torch.full((n, 1), d)
+    p = torch.nn.functional.one_hot(draft, v).float()
+    tokens, decided, _ = verify(draft, p, q.expand(n, 1, v), torch.ones(n, 1, dtype=torch.bool), False, g)
+    assert bool(decided.all())
+    emp = torch.bincount(tokens[:, 0], minlength=v).float() / n
+    assert 0.5 * (emp - q).abs().sum().item() < 0.02
+    assert abs(float(emp[d]) - 0.3) < 0.02  # not always accepted (1.0), not never (0.0)
+
+
+def test_sampled_decoding_takes_the_prior_as_a_one_hot_proposal(tiny_fast):
+    greedy, _ = _decode(tiny_fast, "ar")
+    opt = DecodeOptions(temperature=1.0, rollouts=2, rollout_temperature=1.0, seed=3)
+    ids, stats = _decode(tiny_fast, "speculative", prior=greedy[0], options=opt, rows=2)
+    layout = layout_for(tiny_fast, "speculative")
+    assert stats.prior_blocks == len(layout.blocks)
+    allowed = layout.allowed[np.arange(layout.length)[None], ids.numpy()]
+    assert allowed.all()  # every sampled token is one its position may take
+
+
+def _arc_plan(radius: float, speed: float, stamp: float, times: np.ndarray) -> Plan:
+    def pose(t):
+        a = speed * t / radius
+        return radius * np.sin(a), radius * (1 - np.cos(a)), a
+
+    traj = np.array([[t, *pose(t)[:2], pose(t)[2], speed] for t in OUTPUT_TIMES])
+    wps = np.array([pose(t)[:2] for t in times])
+    return Plan("fast_ddrive", wps, times, critical_objects={"lead_vehicle": True}, explanation="keep lane",
+                meta=MetaBehavior("KEEP", "STRAIGHT", speed, "OFF"), trajectory=traj, stamp=stamp)
+
+
+def test_a_plan_carried_forward_along_its_own_arc_is_the_same_arc():
+    times = np.arange(1, 11) * 0.5
+    plan = _arc_plan(radius=40.0, speed=8.0, stamp=10.0, times=times)
+    moved = carried_forward(plan, 10.25)  # on the 0.25 s grid: the interpolation is exact
+    np.testing.assert_allclose(moved.waypoints[:-1], plan.waypoints[:-1], atol=1e-9)
+    assert moved.stamp == 10.25 and moved.explanation == "keep lane" and moved.critical_objects == plan.critical_objects
+    # past the horizon (5.25 s) it goes on at the last velocity, not back to the origin
+    assert np.linalg.norm(moved.waypoints[-1] - moved.waypoints[-2]) > 0.9 * 8.0 * 0.5
+    straight = Plan("fast_ddrive", np.stack([10 * times, 0 * times], 1), times,
+                    trajectory=np.array([[t, 10 * t, 0.0, 0.0, 10.0] for t in OUTPUT_TIMES]), stamp=3.0)
+    np.testing.assert_allclose(carried_forward(straight, 3.2).waypoints[:, 0], 10 * times, atol=1e-9)
+
+
+def test_nothing_is_carried_backwards_or_over_a_long_gap(tiny_fast):
+    plan = _arc_plan(radius=40.0, speed=8.0, stamp=10.0, times=np.arange(1, 11) * 0.5)
+    assert carried_forward(plan, 10.0) is None
+    assert carried_forward(plan, 9.0) is None
+    assert carried_forward(plan, 11.5) is None
+    from ddrive_ros.scaffold.codec import Codec
+
+    ids = prior_ids(Codec(layout_for(tiny_fast, "speculative")), plan, 10.2)
+    assert ids is not None and ids.shape == (layout_for(tiny_fast, "speculative").length,)
+
+
+def test_a_planner_on_a_stream_plans_the_same_with_fewer_forwards():
+    """The shipped model on consecutive frames at 5 Hz: the same ids with and without the previous-plan
+    draft, fewer forwards with it; restarting (a new episode) forgets the previous plan."""
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.sim.sample import samples_from_world
+
+    stream = [s.observation for s, _ in zip(samples_from_world(seed=10_003, n_episodes=1, stride_s=0.2, progress=False), range(6))]
+    runs = {}
+    for draft in (False, True):
+        planner = Planner.from_checkpoint("fast_ddrive_tiny", draft_previous=draft)
+        runs[draft] = [planner.plan_and_ids(obs) for obs in stream]
+    for (p0, ids0), (p1, ids1) in zip(runs[False], runs[True]):
+        assert np.array_equal(ids0, ids1)
+    assert runs[True][0][0].stats.prior_blocks == 0
+    assert all(p.stats.prior_blocks > 0 for p, _ in runs[True][1:])
+    without = sum(p.stats.forwards for p, _ in runs[False][1:])
+    with_prior = sum(p.stats.forwards for p, _ in runs[True][1:])
+    assert with_prior < 0.85 * without, (with_prior, without)
+    planner.restart_sampling()
+    assert planner.plan(stream[-1]).stats.prior_blocks == 0
