@@ -14,7 +14,15 @@ ratios, which are measured in the same run. Observations are synthetic-world
 samples (seed 10_000 + seed, never a training or evaluation seed) with their
 expert futures.
 
+Two kinds of input. By default every plan is cold: the planner forgets its previous
+plan before each one, so nothing carries over (the cost of a plan on its own).
+`--stream HZ` plans consecutive frames of whole episodes at HZ, as the node does,
+and each planner keeps its previous plan as the next one's speculative draft
+(`ddrive_ros/previous_plan.py`); a decoder spec `speculative:draft_previous=0`
+gives the same stream without it, as the baseline in the same run.
+
     python bench/cpu_speed.py --plans 20 --threads 2 --json bench/results/cpu_speed.json
+    python bench/cpu_speed.py --plans 20 --threads 1 --stream 5 --decoders speculative,speculative:draft_previous=0
 """
 from __future__ import annotations
 
@@ -62,6 +70,7 @@ class Run:
     first_plan_s: float = 0.0
     ms: list[float] = field(default_factory=list)
     forwards: list[int] = field(default_factory=list)
+    prior_blocks: list[int] = field(default_factory=list)  # blocks drafted from the previous plan, per plan
     ids: list[np.ndarray] = field(default_factory=list)
     ade: list[float] = field(default_factory=list)
     stages: list[dict[str, float]] = field(default_factory=list)  # per plan: where its time went (ms)
@@ -84,19 +93,24 @@ def backend_for(path: str, threads: int, onnx_dir: Path) -> tuple[str, dict[str,
     raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
 
 
-def decoder_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """'speculative' or 'speculative:redraft=causal' -> (decoder, knobs)."""
+def decoder_spec(spec: str) -> tuple[str, dict[str, Any], bool]:
+    """'speculative' or 'speculative:redraft=causal;draft_previous=0' -> (decoder, knobs, draft_previous).
+    draft_previous is a planner option (the previous plan as the draft), not a decoder knob."""
     name, _, rest = spec.partition(":")
     knobs = dict(kv.split("=", 1) for kv in rest.split(";") if kv) if rest else {}
-    return name, knobs
+    draft = knobs.pop("draft_previous", "1")
+    if draft not in ("0", "1"):
+        raise ValueError(f"draft_previous takes 0 or 1, not {draft!r} (in {spec!r})")
+    return name, knobs, draft == "1"
 
 
 def make_run(model: str, decoder: str, path: str, threads: int, export_root: Path, first_obs) -> Run:
     bundle = ckpt.load(model)
     backend, options = backend_for(path, threads, export_root / model)
-    name, knobs = decoder_spec(decoder)
+    name, knobs, draft_previous = decoder_spec(decoder)
     t0 = time.perf_counter()
-    planner = Planner(bundle, PlannerOptions(backend=backend, decoder=name, knobs=knobs, backend_options=options))
+    planner = Planner(bundle, PlannerOptions(backend=backend, decoder=name, knobs=knobs, backend_options=options,
+                                             draft_previous=draft_previous))
     run = Run(model, decoder, path, planner, setup_s=time.perf_counter() - t0)
     # the decoded ids are what token agreement compares; Planner hands them to _postprocess only
     postprocess = planner._postprocess
@@ -166,6 +180,7 @@ def summarise(runs: list[Run], layouts: dict[str, np.ndarray]) -> list[dict[str,
         row = {"model": r.model, "decoder": r.decoder, "path": r.path, "plans": len(r.ms),
                "p50_ms": round(p50, 1), "p90_ms": round(percentile(r.ms, 90), 1),
                "forwards_per_plan": round(float(np.mean(r.forwards)), 1),
+               "prior_blocks_per_plan": round(float(np.mean(r.prior_blocks)), 2) if r.prior_blocks else 0.0,
                "token_match_vs_eager_speculative": round(float(np.mean(match)), 4),
                "ade_5s_m": round(float(np.mean(r.ade)), 3),
                "ade_diff_vs_eager_m": round(float(np.mean(r.ade) - np.mean(ref.ade)), 3),
@@ -177,11 +192,12 @@ def summarise(runs: list[Run], layouts: dict[str, np.ndarray]) -> list[dict[str,
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = "| model | decoder | path | p50 ms | p90 ms | x eager AR | fwd/plan | token match | ADE@5s | dADE | first plan s |"
+    head = ("| model | decoder | path | p50 ms | p90 ms | x eager AR | fwd/plan | prior blocks | token match | ADE@5s | dADE "
+            "| first plan s |")
     out = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         out.append(f"| {r['model']} | {r['decoder']} | {r['path']} | {r['p50_ms']} | {r['p90_ms']} | "
-                   f"{r.get('x_faster_than_eager_ar', '')} | {r['forwards_per_plan']} | "
+                   f"{r.get('x_faster_than_eager_ar', '')} | {r['forwards_per_plan']} | {r['prior_blocks_per_plan']} | "
                    f"{r['token_match_vs_eager_speculative']} | {r['ade_5s_m']} | {r['ade_diff_vs_eager_m']:+} | "
                    f"{r['first_plan_s']} |")
     return "\n".join(out)
@@ -198,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="full-plan decoders, each 'name' or 'name:knob=value;knob=value' (e.g. speculative:redraft=causal)")
     ap.add_argument("--trajectory-decoders", default="speculative", help="decoders for trajectory_only_tiny, the same form")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stream", type=float, default=0.0,
+                    help="plan consecutive frames at this rate (Hz), keeping the previous plan as the draft; "
+                         "0 (default): every plan cold, the previous plan forgotten")
     ap.add_argument("--export-dir", default=None, help="ONNX export folder (default: a temporary one)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
@@ -206,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
 
     samples = []
-    for sample in samples_from_world(seed=10_000 + args.seed, n_episodes=args.plans // 4 + 2, progress=False):
+    if args.stream < 0:
+        raise SystemExit("--stream takes a rate in Hz (> 0), or 0 for cold plans")
+    source = (dict(stride_s=1.0 / args.stream, n_episodes=args.plans // 20 + 2) if args.stream
+              else dict(n_episodes=args.plans // 4 + 2))
+    for sample in samples_from_world(seed=10_000 + args.seed, progress=False, **source):
         samples.append(sample)
         if len(samples) == args.plans + 1:
             break
@@ -232,11 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         for sample in tqdm(samples, desc="plans (round-robin over paths)", unit="obs"):
             for r in runs:
                 r.step_ms = 0.0
+                if not args.stream:
+                    r.planner.restart_sampling()  # cold: no previous plan to draft from
                 t0 = time.perf_counter()
                 plan = r.planner.plan(sample.observation)
                 r.ms.append((time.perf_counter() - t0) * 1e3)
                 r.stages.append(stage_split(plan.stats.stage_ms, r.step_ms, r.ms[-1]))
                 r.forwards.append(plan.stats.forwards)
+                r.prior_blocks.append(plan.stats.prior_blocks)
                 horizon = min(len(sample.future_xy), len(plan.trajectory))
                 r.ade.append(ade(plan.trajectory[:horizon, 1:3], sample.future_xy[:horizon]))
         rows = summarise(runs, layouts)
@@ -263,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "this run, absolute ms are inflated by their load",
                     "loadavg_before": [round(x, 2) for x in load_before],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
+        "observations": (f"stream: consecutive frames at {args.stream:g} Hz, the previous plan kept as the draft"
+                         if args.stream else "cold: every plan on its own, no previous plan"),
         "torch": torch.__version__, "targets": TARGETS, "verdict": verdict, "rows": rows, "stages_ms": stage_rows,
     }
     print(table(rows))

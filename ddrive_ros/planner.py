@@ -53,7 +53,7 @@ class Planner:
             log.info("%s backend: %d step graphs captured at start-up", self.backend.name, captured)
         self.bos = torch.tensor([self.tokenizer.bos_id])
         self._plans = 0
-        self._previous: Plan | None = None  # the last plan, the next one's draft (previous_plan.py)
+        self._previous: tuple[Plan, np.ndarray] | None = None  # the last plan and its ids: the next one's draft
         self._uses_prior = opt.draft_previous and getattr(self.strategy, "uses_prior", False)
 
     @classmethod
@@ -115,7 +115,7 @@ class Planner:
             reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds))
         prior = None
         if self._uses_prior and self._previous is not None:
-            carried = prior_ids(self.codec, self._previous, obs.stamp)
+            carried = prior_ids(self.codec, *self._previous, obs.stamp)
             prior = torch.from_numpy(carried) if carried is not None else None
         ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
                             DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans),
@@ -131,7 +131,7 @@ class Planner:
         stats.stage_ms.update(preprocess=(t1 - t0) * 1e3, encode=(t2 - t1) * 1e3, decode=(t3 - t2) * 1e3,
                               postprocess=(t4 - t3) * 1e3)
         plan.stats = stats
-        self._previous = plan
+        self._previous = (plan, ids[0])
         return plan, ids
 
     def _postprocess(self, ids: np.ndarray, obs: Observation) -> Plan:

@@ -9,10 +9,14 @@ sampled output keeps the AR distribution); a block whose carried-forward draft i
 costs one forward instead of two or more.
 
 Carrying forward: the text sections are copied; the trajectory is re-expressed in the new ego
-frame, taking the pose the previous plan predicted for the new stamp (its JMT trajectory at
-dt = new stamp - old stamp, from the origin at t = 0) as where the vehicle now is, and sampling the
-previous trajectory at each waypoint time + dt (past its horizon: on at its last velocity). Then
-the codec spells it in the schema's tokens. Nothing is carried over a gap longer than `max_gap_s`
+frame, taking the pose the previous plan predicted for the new stamp (dt = new stamp - old stamp)
+as where the vehicle now is, and sampling the previous waypoints (the decoded tokens' values, from
+the origin at t = 0, linearly; past the horizon on at the last velocity) at each waypoint time + dt.
+Positions come from the waypoints rather than the JMT curve through them because the next plan's
+tokens are the model's waypoints again: a constant-speed plan carries forward to itself digit for
+digit, where the curve's start (fitted to the measured speed and acceleration) moves every digit a
+little. The heading at dt comes from the JMT curve (smooth where straight waypoint segments are
+not). Then the codec spells it in the schema's tokens. Nothing is carried over a gap longer than `max_gap_s`
 or backwards in time (a new episode, a replay restart).
 """
 from __future__ import annotations
@@ -33,11 +37,10 @@ def carried_forward(plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> P
     if not 0.0 < dt <= max_gap_s or plan.trajectory is None:
         return None
     traj = np.asarray(plan.trajectory, dtype=float)
-    t = np.concatenate([[0.0], traj[:, 0]])
-    xy = np.vstack([[0.0, 0.0], traj[:, 1:3]])
-    yaw = np.unwrap(np.concatenate([[0.0], traj[:, 3]]))
+    yaw0 = float(np.interp(dt, np.concatenate([[0.0], traj[:, 0]]), np.unwrap(np.concatenate([[0.0], traj[:, 3]]))))
+    t = np.concatenate([[0.0], np.asarray(plan.waypoint_times, dtype=float)])
+    xy = np.vstack([[0.0, 0.0], np.asarray(plan.waypoints, dtype=float)])
     x0, y0 = np.interp(dt, t, xy[:, 0]), np.interp(dt, t, xy[:, 1])
-    yaw0 = float(np.interp(dt, t, yaw))
     query = np.asarray(plan.waypoint_times, dtype=float) + dt
     pts = np.stack([np.interp(query, t, xy[:, 0]), np.interp(query, t, xy[:, 1])], axis=1)
     beyond = query > t[-1]
@@ -50,9 +53,16 @@ def carried_forward(plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> P
     return replace(plan, waypoints=ego, stamp=float(stamp), trajectory=None, rollouts=[], stats=None)
 
 
-def prior_ids(codec: Codec, plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> np.ndarray | None:
-    """The previous plan carried forward to `stamp`, spelled as output ids (MASK where it says nothing)."""
+def prior_ids(codec: Codec, plan: Plan, ids: np.ndarray, stamp: float, max_gap_s: float = MAX_GAP_S) -> np.ndarray | None:
+    """The previous plan carried forward to `stamp` as output ids: its own ids `ids` (L,) for the text
+    sections (already tokens: nothing to spell again), the carried-forward waypoints spelled anew."""
     guess = carried_forward(plan, stamp, max_gap_s)
     if guess is None:
         return None
-    return codec.encode(guess).ids
+    out = np.array(ids, dtype=np.int64).reshape(-1)
+    if out.shape[0] != codec.layout.length:
+        raise ValueError(f"previous plan has {out.shape[0]} ids, the layout {codec.layout.length}")
+    for k, xy in enumerate(guess.waypoints):
+        for position, token in codec.waypoint_tokens(k, xy).items():
+            out[position] = token
+    return out

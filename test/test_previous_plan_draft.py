@@ -104,10 +104,10 @@ def _arc_plan(radius: float, speed: float, stamp: float, times: np.ndarray) -> P
 def test_a_plan_carried_forward_along_its_own_arc_is_the_same_arc():
     times = np.arange(1, 11) * 0.5
     plan = _arc_plan(radius=40.0, speed=8.0, stamp=10.0, times=times)
-    moved = carried_forward(plan, 10.25)  # on the 0.25 s grid: the interpolation is exact
+    moved = carried_forward(plan, 10.5)  # on the waypoints' 0.5 s grid: the interpolation is exact
     np.testing.assert_allclose(moved.waypoints[:-1], plan.waypoints[:-1], atol=1e-9)
-    assert moved.stamp == 10.25 and moved.explanation == "keep lane" and moved.critical_objects == plan.critical_objects
-    # past the horizon (5.25 s) it goes on at the last velocity, not back to the origin
+    assert moved.stamp == 10.5 and moved.explanation == "keep lane" and moved.critical_objects == plan.critical_objects
+    # past the horizon (5.5 s) it goes on at the last velocity, not back to the origin
     assert np.linalg.norm(moved.waypoints[-1] - moved.waypoints[-2]) > 0.9 * 8.0 * 0.5
     straight = Plan("fast_ddrive", np.stack([10 * times, 0 * times], 1), times,
                     trajectory=np.array([[t, 10 * t, 0.0, 0.0, 10.0] for t in OUTPUT_TIMES]), stamp=3.0)
@@ -121,8 +121,16 @@ def test_nothing_is_carried_backwards_or_over_a_long_gap(tiny_fast):
     assert carried_forward(plan, 11.5) is None
     from ddrive_ros.scaffold.codec import Codec
 
-    ids = prior_ids(Codec(layout_for(tiny_fast, "speculative")), plan, 10.2)
-    assert ids is not None and ids.shape == (layout_for(tiny_fast, "speculative").length,)
+    layout = layout_for(tiny_fast, "speculative")
+    codec = Codec(layout)
+    previous = codec.encode(plan).ids
+    ids = prior_ids(codec, plan, previous, 10.2)
+    # the text sections are the previous ids; the trajectory is the carried-forward plan, spelled anew
+    assert np.array_equal(ids[~layout.action], previous[~layout.action])
+    assert np.array_equal(ids[layout.action], codec.encode(carried_forward(plan, 10.2)).ids[layout.action])
+    assert prior_ids(codec, plan, previous, 9.0) is None
+    with pytest.raises(ValueError, match="previous plan has"):
+        prior_ids(codec, plan, previous[:-1], 10.2)
 
 
 def test_a_planner_on_a_stream_plans_the_same_with_fewer_forwards():
