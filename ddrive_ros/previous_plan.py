@@ -62,7 +62,5 @@ def prior_ids(codec: Codec, plan: Plan, ids: np.ndarray, stamp: float, max_gap_s
     out = np.array(ids, dtype=np.int64).reshape(-1)
     if out.shape[0] != codec.layout.length:
         raise ValueError(f"previous plan has {out.shape[0]} ids, the layout {codec.layout.length}")
-    for k, xy in enumerate(guess.waypoints):
-        for position, token in codec.waypoint_tokens(k, xy).items():
-            out[position] = token
+    codec.spell_waypoints(guess.waypoints, out)
     return out

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -105,3 +106,24 @@ def test_nonsense_in_editable_positions_is_flagged_not_raised():
     assert not plan.valid
     assert plan.meta.longitudinal == "KEEP"  # defaults stand in for invalid values
     assert plan.validity["trajectory"] is False
+
+
+@pytest.mark.parametrize("schema_name", ["fast_ddrive", "trajectory_only"])
+def test_spelling_all_waypoints_at_once_gives_the_per_waypoint_tokens(schema_name):
+    from ddrive_ros.checkpoint import build_random
+
+    bundle = build_random("tiny", schema_name, seed=0)
+    codec = Codec(Layout(bundle.schema, bundle.tokenizer))
+    k = bundle.schema.waypoint_field().count
+    rng = np.random.default_rng(0)
+    xy = np.stack([rng.uniform(-5, 120, k), rng.uniform(-30, 30, k)], 1)  # some outside the range: clipped
+    xy[0] = (0.04, -0.04)  # rounds to zero: never negative
+    ids = codec.layout.template_ids.copy()
+    codec.spell_waypoints(xy, ids)
+    expected = codec.layout.template_ids.copy()
+    for i in range(k):
+        for position, token in codec.waypoint_tokens(i, xy[i]).items():
+            expected[position] = token
+    assert np.array_equal(ids, expected)
+    with pytest.raises(ValueError, match="waypoints"):
+        codec.spell_waypoints(xy[:-1], ids)

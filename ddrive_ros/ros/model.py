@@ -64,17 +64,18 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
                  steps: int = 0, rollouts: int = _DEFAULT.rollouts,
                  rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
                  seed: int = _DEFAULT.seed, num_threads: int = 0, int8: bool = False,
-                 compile: bool = False) -> tuple[Planner, dict[str, Any]]:
+                 compile: bool = False, draft_previous: bool = _DEFAULT.draft_previous) -> tuple[Planner, dict[str, Any]]:
     """`num_threads` > 0 pins ONNX Runtime's intra-op threads too (without spinning): by default ORT
     takes every core and spins between runs, starving the node's executor thread on a small CPU.
     `int8`: dynamically quantised graphs (backend onnx); `compile`: torch.compile the block step
-    (backend torch)."""
+    (backend torch); `draft_previous`: the previous plan as the speculative draft (planner_options)."""
     from ddrive_ros import checkpoint as ckpt
 
     backend_options = backend_options_for(backend, num_threads, int8, compile)
     opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps),
                           rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
-                          device=device, seed=int(seed), backend_options=backend_options)
+                          device=device, seed=int(seed), backend_options=backend_options,
+                          draft_previous=bool(draft_previous))
     if checkpoint.startswith(RANDOM_PREFIX):
         parts = checkpoint[len(RANDOM_PREFIX):].split(":")
         config = parts[0] or "tiny"
@@ -85,5 +86,6 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
         bundle = ckpt.load(checkpoint or None, device=device)
         info = {"checkpoint": str(bundle.path or checkpoint), "random_weights": bool(bundle.meta.get("random_weights")),
                 "schema": bundle.schema.name}
-    info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts, **backend_options)
+    info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts,
+                draft_previous=opts.draft_previous, **backend_options)
     return Planner(bundle, opts), info

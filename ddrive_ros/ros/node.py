@@ -125,7 +125,8 @@ class PlannerCore:
         t = time.perf_counter()
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
-            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"))
+            p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"),
+            p("draft_previous"))
         self._apply_reflect_params()
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")

@@ -55,6 +55,9 @@ PARAMETERS: dict[str, Spec] = {
                  "quantised on first use next to the exported ones", read_only=True),
     "compile": Spec(False, P.PARAMETER_BOOL, "backend torch: torch.compile the block step (slow first plans)",
                     read_only=True),
+    "draft_previous": Spec(_OPT.draft_previous, P.PARAMETER_BOOL,
+                           "decoder speculative: draft each block from the previous plan carried forward to the new "
+                           "stamp (the same plan, fewer forwards on a stream)", read_only=True),
     "warmup": Spec(True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing", read_only=True),
     # ---- decoder knobs (the next plan uses them)
     "tau": Spec(0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders", range=(0.0, 1.0)),

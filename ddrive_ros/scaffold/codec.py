@@ -15,7 +15,7 @@ import numpy as np
 from ddrive_ros.plan import MetaBehavior, Plan
 from ddrive_ros.scaffold.layout import Layout
 from ddrive_ros.scaffold.schema import BOOLS, FieldSpec, NumberSpec, SectionSpec, bin_token
-from ddrive_ros.trajectory import Quantizer, digits_decode, digits_encode
+from ddrive_ros.trajectory import Quantizer, digits_decode, digits_encode, digits_encode_array
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Codec:
         self.schema = layout.schema
         self.tok = layout.tokenizer
         self._slot_index = {s.field: i for i, s in enumerate(layout.slots) if s is not None}
+        self._spelling_cache = None  # built on first use by _spelling
 
     # ================================================================ encode
     def encode(self, plan: Plan) -> Encoded:
@@ -170,6 +171,45 @@ class Codec:
             got, _ = _number_tokens(f"{path}.{k}.{axis}", spec, float(xy["xy".index(axis)]))
             out.update({self._slot_index[name]: self.tok.id(token) for name, token in got.items()})
         return out
+
+    def spell_waypoints(self, xy: np.ndarray, out: np.ndarray) -> None:
+        """Write every waypoint's tokens for `xy` (K, 2) into the ids `out` (L,), clipped to the schema's
+        range: the same ids as `waypoint_tokens` per waypoint, in a few array operations (the planner
+        spells a draft trajectory per plan)."""
+        xy = np.asarray(xy, dtype=float)
+        for axis, (spec, positions, table) in enumerate(self._spelling()):
+            if xy.shape != (len(positions), 2):
+                raise ValueError(f"waypoints {xy.shape}, schema {self.schema.name} has ({len(positions)}, 2)")
+            if spec.kind == "bins":
+                idx, _ = _quantizer(spec).encode(xy[:, axis])
+                out[positions[:, 0]] = table["bins"][idx]
+                continue
+            negative, digits, _ = digits_encode_array(xy[:, axis], spec.int_digits, spec.frac_digits, spec.signed)
+            out[positions[:, : digits.shape[1]]] = table["digits"][digits]
+            if spec.signed:
+                out[positions[:, -1]] = np.where(negative, table["sign"][1], table["sign"][0])
+
+    def _spelling(self) -> list[tuple[NumberSpec, np.ndarray, dict[str, np.ndarray]]]:
+        """Per axis: its spec, the output positions of each waypoint's tokens (K, n: digits most
+        significant first, then the sign; or the one bin) and the token ids of bins, digits and signs."""
+        if getattr(self, "_spelling_cache", None) is None:
+            path, f = self._waypoint_path()
+            axes = []
+            for axis, spec in (("x", f.x), ("y", f.y)):
+                if spec.kind == "bins":
+                    names = [[f"{path}.{k}.{axis}"] for k in range(f.count)]
+                    table = {"bins": np.array([self.tok.id(bin_token(i)) for i in range(spec.count)])}
+                else:
+                    parts = [f"d{i}" for i in range(spec.int_digits)] + [f"f{i}" for i in range(spec.frac_digits)]
+                    parts += ["sign"] if spec.signed else []
+                    names = [[f"{path}.{k}.{axis}.{q}" for q in parts] for k in range(f.count)]
+                    table = {"digits": np.array([self.tok.id(str(d)) for d in range(10)])}
+                    if spec.signed:
+                        table["sign"] = np.array([self.tok.id("+"), self.tok.id("-")])
+                positions = np.array([[self._slot_index[n] for n in row] for row in names])
+                axes.append((spec, positions, table))
+            self._spelling_cache = axes
+        return self._spelling_cache
 
     def to_text(self, ids: np.ndarray) -> str:
         """The token sequence as one readable line (scaffold and values)."""
