@@ -334,3 +334,15 @@ def test_factory_reuses_a_matching_export_and_redoes_a_stale_one(fast, tmp_path)
     assert make_backend("torch", fast.model, fast.main.window).name == "torch"
     with pytest.raises(ValueError, match="unknown backend"):
         make_backend("tpu", fast.model, fast.main.window)
+
+
+def test_the_fast_cpu_image_conversion_gives_the_torch_floats_bit_for_bit():
+    from ddrive_ros.runtime.torch_backend import images_to_input
+
+    images = torch.randint(0, 256, (1, 6, 12, 20, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    images[0, 0, 0, 0] = torch.tensor([0, 255, 128], dtype=torch.uint8)
+    fast = images_to_input(images, torch.float32)
+    slow = (images.permute(0, 1, 4, 2, 3).to(torch.float32) / 127.5) - 1.0
+    assert fast.shape == (1, 6, 3, 12, 20) and fast.is_contiguous()
+    assert torch.equal(fast, slow)
+    assert torch.equal(images_to_input(images, torch.float64), (images.permute(0, 1, 4, 2, 3).double() / 127.5) - 1.0)

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
-from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true
+from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true, greedy_choice
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.runtime.backend import Backend
@@ -122,6 +122,14 @@ class BlockContext:
     def pick(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return choose(probs, self.greedy, self.generator)
 
+    def choose_tokens(self, pred_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Tokens for every window position and, when sampling, the distribution they were drawn from.
+        Greedy needs no softmax (`greedy_choice`); decoders that read confidences use probs/pick."""
+        if self.greedy:
+            return greedy_choice(pred_logits, self.bias), None
+        probs = self.probs(pred_logits)
+        return choose(probs, False, self.generator)[0], probs
+
     def decide(self, where: torch.Tensor, tokens: torch.Tensor) -> None:
         """Write `tokens` at open positions `where` and close them."""
         where = where & self.open
@@ -130,8 +138,10 @@ class BlockContext:
 
     def fill_first(self) -> None:
         """Position 0 from the carried causal logit: exact, and no forward of its own."""
-        probs = constrained_probs(self.carry[:, None], self.bias[:1], self.temperature)
-        tok, _ = choose(probs, self.greedy, self.generator)
+        if self.greedy:
+            tok = greedy_choice(self.carry[:, None], self.bias[:1])
+        else:
+            tok, _ = choose(constrained_probs(self.carry[:, None], self.bias[:1], self.temperature), False, self.generator)
         tokens = self.x.clone()
         tokens[:, 0] = tok[:, 0]
         first = torch.zeros_like(self.open)

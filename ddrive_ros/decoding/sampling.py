@@ -18,6 +18,19 @@ def constrained_probs(logits: torch.Tensor, allowed: torch.Tensor, temperature: 
     return torch.softmax(masked if t == 1.0 else masked / t, dim=-1)
 
 
+def greedy_choice(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """The most likely allowed token per position, (n, W), from the logits without a softmax: the softmax
+    is monotonic, so its argmax is the logits' (one add and one argmax instead of an exp and a sum over
+    the vocabulary). Every greedy choice of the AR and speculative decoders is made here, so the two
+    agree token for token by construction."""
+    return greedy_scores(logits, allowed).argmax(-1)
+
+
+def greedy_scores(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Float32 logits with disallowed tokens pushed to NEG: what greedy choices take the argmax of."""
+    return logits.float() + allowed if allowed.dtype != torch.bool else logits.float().masked_fill(~allowed, NEG)
+
+
 def allowed_bias(allowed: torch.Tensor) -> torch.Tensor:
     """(W, V) bool -> float32 additive bias for `constrained_probs`: 0 where allowed, NEG elsewhere."""
     return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill(~allowed, NEG)
@@ -44,7 +57,8 @@ def verify(draft: torch.Tensor, draft_probs: torch.Tensor | None, ar_probs: torc
            greedy: bool, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-to-right acceptance of drafted `span` positions against the AR distribution.
 
-    Greedy: keep drafts while they equal the AR argmax; at the first mismatch take the AR token.
+    Greedy: keep drafts while they equal the AR argmax; at the first mismatch take the AR token
+    (`ar_probs` may then be `greedy_scores`, whose argmax is the same: no softmax needed).
     Sampling: accept with min(1, q/p); on rejection resample from normalise(max(q - p, 0)),
     which leaves the AR distribution q intact. Positions after the first rejection are dropped.
     Returns (tokens (n, W), decided (n, W) bool, rejected_at (n,) index or W).

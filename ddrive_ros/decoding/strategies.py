@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from ddrive_ros.decoding.block_loop import BlockContext, ranks_desc
-from ddrive_ros.decoding.sampling import first_true, verify
+from ddrive_ros.decoding.sampling import first_true, greedy_scores, verify
 
 
 class Autoregressive:
@@ -19,8 +19,7 @@ class Autoregressive:
         pass
 
     def step(self, ctx: BlockContext) -> None:
-        probs = ctx.probs(ctx.forward(bidirectional=False))
-        tok, _ = ctx.pick(probs)
+        tok, _ = ctx.choose_tokens(ctx.forward(bidirectional=False))
         first = first_true(ctx.open)
         idx = torch.arange(ctx.w, device=tok.device)[None]
         ctx.decide(idx == first[:, None], tok)
@@ -83,18 +82,19 @@ class ScaffoldSpeculative:
 
     def step(self, ctx: BlockContext) -> None:
         if ctx.next_draft is None:
-            draft_probs = ctx.probs(ctx.forward(bidirectional=True))
-            draft, _ = ctx.pick(draft_probs)
+            draft, draft_probs = ctx.choose_tokens(ctx.forward(bidirectional=True))
         else:
             draft, draft_probs = ctx.next_draft
         span = ctx.open.clone()
         ctx.x = torch.where(span, draft, ctx.x)
-        ar_probs = ctx.probs(ctx.forward(bidirectional=False))
-        tokens, decided, _ = verify(ctx.x, draft_probs, ar_probs, span, ctx.greedy, ctx.generator)
+        logits = ctx.forward(bidirectional=False)
+        # greedy verification compares with the AR argmax: the biased logits give it without a softmax
+        ar = greedy_scores(logits, ctx.bias) if ctx.greedy else ctx.probs(logits)
+        tokens, decided, _ = verify(ctx.x, draft_probs, ar, span, ctx.greedy, ctx.generator)
         ctx.x = torch.where(span & ~decided, torch.full_like(ctx.x, ctx.mask_id), ctx.x)
         ctx.decide(decided, tokens)
         if self.redraft == "causal" or (self.redraft == "action" and ctx.action):
-            ctx.next_draft = (ctx.pick(ar_probs)[0], ar_probs)
+            ctx.next_draft = (ar.argmax(-1), None) if ctx.greedy else (ctx.pick(ar)[0], ar)
 
 
 @dataclass

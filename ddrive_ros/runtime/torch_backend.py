@@ -1,13 +1,24 @@
 """PyTorch eager backend: the reference every other backend is compared with."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ddrive_ros.model.vla import DrivingVLA
 
 
 def images_to_input(images: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """uint8 (B, 6, H, W, 3) -> float (B, 6, 3, H, W) in [-1, 1]."""
+    """uint8 (B, 6, H, W, 3) -> float (B, 6, 3, H, W) in [-1, 1].
+
+    On the CPU in float32 numpy does it in a channels-first uint8 copy, one conversion and two in-place
+    passes: the same floats bit for bit as the torch expression below, contiguous, about 8x faster (0.21
+    against 1.8 ms for six 96x160 frames on one thread: torch's strided uint8 -> float copy is slow),
+    and it runs on every plan. Elsewhere (a GPU) the uint8 frames are converted where they are, a quarter of the bytes moved."""
+    if images.device.type == "cpu" and dtype == torch.float32 and images.dtype == torch.uint8:
+        arr = np.ascontiguousarray(images.numpy().transpose(0, 1, 4, 2, 3)).astype(np.float32)
+        np.divide(arr, np.float32(127.5), out=arr)
+        arr -= np.float32(1.0)
+        return torch.from_numpy(arr)
     return (images.permute(0, 1, 4, 2, 3).to(dtype) / 127.5) - 1.0
 
 
