@@ -165,6 +165,21 @@ def stage_table(runs: list["Run"]) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(out), rows
 
 
+def host_gflops(seconds: float = 0.5) -> float:
+    """How fast this host multiplies matrices of the tiny model's step shape right now (GFLOP/s, torch,
+    the run's thread count): the same code ran 1.3-1.9x apart between sessions on "the same" 2-core
+    machine, so every run records its host next to its milliseconds."""
+    a, w = torch.randn(32, 160), torch.randn(448, 160)
+    for _ in range(50):
+        torch.nn.functional.linear(a, w)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(100):
+            torch.nn.functional.linear(a, w)
+        n += 100
+    return round(2 * 32 * 160 * 448 * n / (time.perf_counter() - t0) / 1e9, 1)
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -223,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
+    host_before = host_gflops()
 
     samples = []
     if args.stream < 0:
@@ -288,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                     "shared": True, "note": "development machine shared with other sessions; compare ratios within "
                                             "this run, absolute ms are inflated by their load",
                     "loadavg_before": [round(x, 2) for x in load_before],
+                    "host_gflops_before_after": [host_before, host_gflops()],
                     "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
         "observations": (f"stream: consecutive frames at {args.stream:g} Hz, the previous plan kept as the draft"
                          if args.stream else "cold: every plan on its own, no previous plan"),
