@@ -9,8 +9,8 @@ p50/p90, the rate a plan allows (min(asked, 1000 / plan p50 ms)) and the node's 
     python bench/node_camera_load.py                      # the default runs below
     python bench/node_camera_load.py --runs trajectory_only_tiny:onnx:10:640x360:raw --seconds 20
 
-A run is checkpoint:backend:rate_hz:WxH:raw|jpeg[:seconds[:shm|default]] (backend `onnx+int8`: the node's
-int8 parameter on ONNX Runtime): the last field picks the
+A run is checkpoint:backend:rate_hz:WxH:raw|jpeg[:seconds[:shm|default]] (backend flags after `+`: `onnx+int8`
+sets the node's int8 parameter on ONNX Runtime, `+noprior` turns draft_previous off): the last field picks the
 Fast DDS transport of the node and the feed: `shm` (default) uses config/fastdds_large_messages.xml
 (a shared-memory segment that holds raw frames), `default` Fast DDS's defaults (512 KiB segment: raw
 640x360 frames go over UDP in fragments, and best-effort readers lose them).
@@ -58,8 +58,12 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
         env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(PROFILE)
     w, h = (int(v) for v in size.split("x"))
     jpeg = kind == "jpeg"
-    int8 = backend == "onnx+int8"
-    params = {"checkpoint": checkpoint, "backend": "onnx" if int8 else backend, "int8": int8,
+    backend, *flags = backend.split("+")
+    unknown = set(flags) - {"int8", "noprior"}
+    if unknown:
+        raise SystemExit(f"run {spec!r}: unknown backend flags {sorted(unknown)} (int8, noprior)")
+    params = {"checkpoint": checkpoint, "backend": backend, "int8": "int8" in flags,
+              "draft_previous": "noprior" not in flags,
               "decoder": "speculative", "planning_rate_hz": float(rate), "num_threads": threads, "diagnostics_rate_hz": 1.0, "camera_type": "compressed" if jpeg else "raw",
               "plan_timeout_s": 5.0}
     log_dir = tmp / spec.replace(":", "_")
