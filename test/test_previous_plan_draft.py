@@ -46,6 +46,11 @@ def test_a_wrong_prior_still_gives_the_ar_plan(fixture, request):
     spec, stats = _decode(bundle, "speculative", prior=torch.from_numpy(wrong))
     assert torch.equal(spec, ar)
     assert stats.prior_blocks == len(layout.blocks)
+    # a wrong draft is verified once, then the block drafts itself: at most one extra forward per text block
+    # (trajectory blocks redraft from the verifier, so there a wrong first draft costs no extra forward at all)
+    _, own = _decode(bundle, "speculative")
+    text_blocks = sum(not layout.action[b.start] for b in layout.blocks)
+    assert stats.forwards <= own.forwards + text_blocks + 1, (stats.forwards_per_section, own.forwards_per_section)
 
 
 def test_blocks_whose_prior_is_masked_or_not_allowed_draft_themselves(tiny_fast):
@@ -153,3 +158,26 @@ def test_a_planner_on_a_stream_plans_the_same_with_fewer_forwards():
     assert with_prior < 0.85 * without, (with_prior, without)
     planner.restart_sampling()
     assert planner.plan(stream[-1]).stats.prior_blocks == 0
+
+
+def test_a_draft_from_another_scene_costs_at_most_one_forward_per_text_block():
+    """The shipped model's own drafts are good; a previous plan from another scene is wrong almost everywhere
+    in its text. Verified once, then the block drafts itself: at most one wasted forward per text block."""
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.sim.sample import samples_from_world
+
+    samples = list(zip(samples_from_world(seed=10_005, n_episodes=4, progress=False), range(80)))
+    planner = Planner.from_checkpoint("fast_ddrive_tiny", draft_previous=False)
+    first, other = samples[0][0].observation, None
+    plan_first, ids_first = planner.plan_and_ids(first)
+    for sample, _ in samples[1:]:
+        if planner.plan(sample.observation).explanation != plan_first.explanation:
+            other = sample.observation
+            break
+    assert other is not None, "no scene with another explanation in these episodes"
+    layout, backend = planner.layout, planner.backend
+    _, own = decode(backend, layout, planner.prompt_for(other), planner.strategy)
+    ids, stale = decode(backend, layout, planner.prompt_for(other), planner.strategy, prior=torch.from_numpy(ids_first[0]))
+    assert np.array_equal(ids.numpy(), planner.plan_and_ids(other)[1])
+    text_blocks = sum(not layout.action[b.start] for b in layout.blocks)
+    assert stale.forwards <= own.forwards + text_blocks, (stale.forwards_per_section, own.forwards_per_section)

@@ -84,7 +84,10 @@ class ScaffoldSpeculative:
         if ctx.next_draft is None:
             draft, draft_probs = ctx.choose_tokens(ctx.forward(bidirectional=True))
         else:
+            # a draft is verified once: after it the block's open positions are redrafted as the
+            # block's kind says (a prior draft must not be offered again for positions it got wrong)
             draft, draft_probs = ctx.next_draft
+            ctx.next_draft = None
         span = ctx.open.clone()
         ctx.x = torch.where(span, draft, ctx.x)
         logits = ctx.forward(bidirectional=False)
