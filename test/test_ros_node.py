@@ -67,6 +67,9 @@ def test_end_to_end_path_and_plan_per_frame(tmp_path):
     assert all(m[0] == ("", 0, 0, 3) for m in out["markers"])  # DELETEALL first
     assert rep["scored_plans"] >= 1 and np.isfinite(rep["ade_m"]) and np.isfinite(rep["fde_m"])
     assert rep["latency_ms"]["plan"]["p50"] > 0
+    counters = rep["node_counters"]  # the node's own totals, from its last diagnostics
+    assert counters["ticks"] >= counters["plans"] - counters["catch_ups"] > 0
+    assert counters["plans"] >= len(plans) - 3 and counters["skipped_ticks"] >= 0  # diagnostics at 2 Hz may lag
     assert len(rep["frames"]) == 2 and all(os.path.getsize(f) > 1000 for f in rep["frames"])
     meta = (tmp_path / "out" / "recorded" / "metadata.yaml").read_text()
     assert "storage_identifier: mcap" in meta and meta.count("reliability: reliable") >= 8  # mcap, QoS recorded

@@ -251,6 +251,7 @@ def replay(opts: ReplayOptions) -> dict[str, Any]:
     report["counts"] = {k: len(v) for k, v in outputs.items()}
     report.update(score(outputs["plans"], odometry_track(bag)))
     report["diagnostics_levels"] = _level_counts(outputs["diagnostics"])
+    report["node_counters"] = node_counters(outputs["diagnostics"])
     if opts.frames > 0:
         report["frames"] = write_frames(bag, outputs["plans"], out, opts.frames)
     if opts.json:
@@ -292,6 +293,20 @@ def parse_outputs(recorded: list[tuple[str, str, int, bytes]]) -> dict[str, list
                             else int(s.level), "message": s.message,
                             "values": {kv.key: kv.value for kv in s.values}} for s in msg.status]})
     return out
+
+
+COUNTERS = ("ticks", "plans", "skipped_ticks", "catch_ups", "no_new_set", "warming_up", "fallback_plans")
+
+
+def node_counters(diags: list[dict]) -> dict[str, int]:
+    """The node's own totals (planning ticks, plans, ticks that found the planner busy, ...) from the last
+    diagnostics message that carries them: what the node counted, not what the recorder happened to see."""
+    for d in reversed(diags):
+        for status in d["status"]:
+            values = status.get("values", {})
+            if "skipped_ticks" in values:
+                return {k: int(values[k]) for k in COUNTERS if k in values}
+    return {}
 
 
 def _level_counts(diags: list[dict]) -> dict[str, int]:
@@ -349,6 +364,7 @@ def format_report(report: dict[str, Any]) -> str:
              f"(fallback {report.get('fallback_plans')}, scored {report.get('scored_plans')})",
              f"ADE {report.get('ade_m')} m   FDE@{report.get('horizon_s')}s {report.get('fde_m')} m",
              f"diagnostics {report.get('diagnostics_levels')}",
+             "node counted " + (", ".join(f"{k} {v}" for k, v in report.get("node_counters", {}).items()) or "nothing"),
              f"{'stage':<14}{'p50':>9}{'p90':>9}{'p99':>9}{'max':>9}  (ms)"]
     for k, v in report.get("latency_ms", {}).items():
         if v:
