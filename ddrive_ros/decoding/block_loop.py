@@ -217,7 +217,7 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     gen = torch.Generator(device=device).manual_seed(opt.seed)
     masks = layout_tensors(layout, backend.window, backend.vocab_size, device)
     out = masks.template[None].clone()
-    priors = _prior_windows(layout, masks, prior, device) if prior is not None else {}
+    priors = _prior_windows(layout, prior, device) if prior is not None else {}
     stats.prior_blocks = len(priors)
     names = layout.schema.section_names
     traj_blocks = layout.section_blocks(names.index("trajectory")) if "trajectory" in names else []
@@ -258,9 +258,8 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     x[:, : block.length] = out[:, block.start:block.end]
     ctx = BlockContext(backend, layout, block, bt, x, carry, temperature, gen, stats)
     rows = out.shape[0]
-    if prior is not None:
+    if prior is not None:  # (rows, W): the prior at editable positions, the template elsewhere
         ctx.prior = torch.where(bt.editable[None, :w], torch.nn.functional.pad(prior, (0, w - block.length))[None], x)
-        ctx.prior = ctx.prior.expand(rows, -1)
     if pinned is not None:
         keep = torch.zeros_like(ctx.open)
         keep[:, : block.length] = pinned[:, block.start:block.end]
@@ -293,7 +292,7 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     return carry
 
 
-def _prior_windows(layout: Layout, masks: LayoutTensors, prior: torch.Tensor, device: torch.device) -> dict[int, torch.Tensor]:
+def _prior_windows(layout: Layout, prior: torch.Tensor, device: torch.device) -> dict[int, torch.Tensor]:
     """Block index -> the prior's ids over that block, for the blocks whose every editable position
     has a prior id the position may take (checked once per plan on the host: the prior comes from
     the host, so this costs no device read)."""
