@@ -27,6 +27,7 @@ import numpy as np
 
 from ddrive_ros.plan import Plan
 from ddrive_ros.scaffold.codec import Codec
+from ddrive_ros.trajectory import world_to_ego
 
 MAX_GAP_S = 1.0  # beyond this the scene has moved on too far for the old plan to be a useful draft
 
@@ -47,9 +48,8 @@ def carried_forward(plan: Plan, stamp: float, max_gap_s: float = MAX_GAP_S) -> P
     if np.any(beyond):
         velocity = (xy[-1] - xy[-2]) / max(t[-1] - t[-2], 1e-6)
         pts[beyond] = xy[-1] + (query[beyond] - t[-1])[:, None] * velocity
-    c, s = np.cos(yaw0), np.sin(yaw0)
-    rel = pts - np.array([x0, y0])
-    ego = np.stack([c * rel[:, 0] + s * rel[:, 1], -s * rel[:, 0] + c * rel[:, 1]], axis=1)
+    # the old plan's ego frame plays the world; the pose it predicted for `stamp` is the new ego frame
+    ego = world_to_ego(pts, (x0, y0), yaw0)
     return replace(plan, waypoints=ego, stamp=float(stamp), trajectory=None, rollouts=[], stats=None)
 
 

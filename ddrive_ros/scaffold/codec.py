@@ -192,7 +192,7 @@ class Codec:
     def _spelling(self) -> list[tuple[NumberSpec, np.ndarray, dict[str, np.ndarray]]]:
         """Per axis: its spec, the output positions of each waypoint's tokens (K, n: digits most
         significant first, then the sign; or the one bin) and the token ids of bins, digits and signs."""
-        if getattr(self, "_spelling_cache", None) is None:
+        if self._spelling_cache is None:
             path, f = self._waypoint_path()
             axes = []
             for axis, spec in (("x", f.x), ("y", f.y)):
