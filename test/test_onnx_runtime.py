@@ -17,7 +17,7 @@ from ddrive_ros.model.config import ModelConfig  # noqa: E402
 from ddrive_ros.model.vla import DrivingVLA  # noqa: E402
 from ddrive_ros.runtime.factory import make_backend  # noqa: E402
 from ddrive_ros.runtime.onnx_backend import OnnxBackend, SplitCache  # noqa: E402
-from ddrive_ros.runtime.onnx_export import (LIVE_GRAPHS, MAX_IR_VERSION, control_flow_nodes,  # noqa: E402
+from ddrive_ros.runtime.onnx_export import (LIVE_GRAPHS, MAX_IR_VERSION, PROMPT_GRAPHS, control_flow_nodes,  # noqa: E402
                                             export_checkpoint, file_sha256, graph_sha256, live_graph_name, live_inputs,
                                             prefill_inputs, step_graph_name, step_inputs, vision_inputs)
 from ddrive_ros.runtime.torch_backend import TorchBackend  # noqa: E402
@@ -94,7 +94,7 @@ def max_diff(a, b) -> float:
 # ---------------------------------------------------------------------------- the files
 def test_export_writes_checked_graphs_with_a_manifest(exported):
     manifest = json.loads((exported.dir / "manifest.json").read_text())
-    expected = {"vision", "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in (exported.ar.window,
+    expected = {*PROMPT_GRAPHS, "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in (exported.ar.window,
                                                                                       exported.main.window)
                                                        for n in (1, ROWS)}
     assert set(manifest["graphs"]) == expected
@@ -167,6 +167,45 @@ def test_vision_graph_matches_pytorch(fast):
         ref_prompt = fast.model.prompt_embeds(ref_visual, ego, bos, nav)
     assert max_diff(visual, ref_visual) < TOL
     assert max_diff(prompt, ref_prompt) < TOL
+
+
+def test_views_and_assemble_graphs_give_the_vision_graphs_prompt(fast):
+    """The two halves ONNX Runtime runs (per-frame view tokens, then the prompt) equal the one graph."""
+    images, ego, bos, nav = vision_inputs(fast.model, torch.Generator().manual_seed(5))
+    _, whole = session(fast, "vision").run(None, {"images": images.numpy(), "ego": ego.numpy(),
+                                                   "bos": bos.numpy(), "nav": nav.numpy()})
+    views = session(fast, "views")
+    per_frame = [views.run(None, {"images": images[0, f * 3:(f + 1) * 3].numpy()})[0] for f in range(2)]
+    tokens = np.concatenate(per_frame)[None]
+    with torch.no_grad():
+        ref = fast.model.vision.view_tokens(images[0])
+    assert max_diff(tokens[0], ref) < TOL
+    (prompt,) = session(fast, "assemble").run(None, {"view_tokens": tokens, "ego": ego.numpy(), "bos": bos.numpy(),
+                                                     "nav": nav.numpy()})
+    assert max_diff(prompt, whole) < TOL
+
+
+def test_backend_reuses_a_frame_seen_before_bit_for_bit(fast):
+    """A stream's history frame was an earlier plan's current frame: the backend encodes it once, and
+    the prompt is the same bytes as with nothing kept."""
+    backend = OnnxBackend(fast.dir, fast.main.window)
+    h, w = fast.model.cfg.vision.image_size
+    rng = np.random.default_rng(0)
+    frames = [rng.integers(0, 256, (3, h, w, 3), dtype=np.uint8) for _ in range(3)]
+    ego = torch.zeros(1, 3 + 2 * 4)
+    bos, nav = torch.tensor([1]), torch.tensor([2])
+
+    def prompt(history, current):
+        return backend.prompt(torch.from_numpy(np.concatenate([history, current]))[None], ego, bos, nav).numpy()
+
+    prompt(frames[0], frames[1])
+    assert (backend.view_cache.hits, backend.view_cache.misses) == (0, 2)
+    reused = prompt(frames[1], frames[2])  # the last current frame is now the history frame
+    assert (backend.view_cache.hits, backend.view_cache.misses) == (1, 3)
+    backend.view_cache.clear()
+    fresh = prompt(frames[1], frames[2])
+    assert backend.view_cache.misses == 5
+    assert np.array_equal(reused, fresh)
 
 
 def test_prefill_graph_matches_pytorch(fast):

@@ -38,18 +38,29 @@ class VisionEncoder(nn.Module):
         # which camera and which frame a token came from
         self.view_embed = nn.Parameter(torch.randn(N_FRAMES * len(CAMERAS), 1, out_dim) * 0.02)
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        b, n = images.shape[:2]
-        x = self.patch(images.flatten(0, 1))  # (B*n, C, gh, gw)
-        bn, c, gh, gw = x.shape
+    def view_tokens(self, views: torch.Tensor) -> torch.Tensor:
+        """images (M, 3, H, W) float in [-1, 1], any cameras and frames -> (M, tokens_per_image, out_dim),
+        before the camera/frame embedding: a function of each image alone, so a frame seen again (the
+        current frame of one plan is the history frame of a later one) can reuse its tokens."""
+        x = self.patch(views)  # (M, C, gh, gw)
+        m_, c, gh, gw = x.shape
         x = x.flatten(2).transpose(1, 2) + self.pos
         for blk in self.blocks:
             x = blk(x)
         x = self.norm(x)
         m = self.cfg.merge
-        x = x.view(bn, gh // m, m, gw // m, m, c).permute(0, 1, 3, 2, 4, 5).reshape(bn, (gh // m) * (gw // m), m * m * c)
-        x = self.merger(x).view(b, n, -1, self.merger[-1].out_features) + self.view_embed
-        return x.flatten(1, 2)
+        x = x.view(m_, gh // m, m, gw // m, m, c).permute(0, 1, 3, 2, 4, 5).reshape(m_, (gh // m) * (gw // m), m * m * c)
+        return self.merger(x)
+
+    def place(self, view_tokens: torch.Tensor) -> torch.Tensor:
+        """(B, 6, tokens_per_image, out_dim) per-image tokens in frame x camera order -> the visual
+        tokens (B, 6 * tokens_per_image, out_dim), each marked with its camera and frame."""
+        return (view_tokens + self.view_embed).flatten(1, 2)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        b, n = images.shape[:2]
+        x = self.view_tokens(images.flatten(0, 1))
+        return self.place(x.view(b, n, -1, x.shape[-1]))
 
 
 def ego_features(speed: torch.Tensor, accel: torch.Tensor, yaw_rate: torch.Tensor, past_xy: torch.Tensor) -> torch.Tensor:

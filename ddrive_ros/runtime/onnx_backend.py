@@ -7,6 +7,9 @@ in-place writes, so this backend owns the K/V cache and writes each step's
 returned window K/V into it at [start, start + valid). Row counts are dynamic
 axes; the cache keeps one contiguous store per row count (see `SplitCache`).
 `int8=True` runs dynamically quantised copies of the step and prefill graphs.
+The prompt is built from per-image vision tokens (views.onnx, one frame's cameras
+per run) kept by image content, so on a stream a frame already seen as the
+current frame is not encoded again as the history frame (`view_cache.py`).
 """
 from __future__ import annotations
 
@@ -18,8 +21,10 @@ import numpy as np
 import torch
 
 from ddrive_ros.model.config import ModelConfig
+from ddrive_ros.observation import CAMERAS
 from ddrive_ros.runtime.onnx_export import LIVE_GRAPHS, live_graph_name, read_manifest
 from ddrive_ros.runtime.torch_backend import images_to_input, pad_window
+from ddrive_ros.runtime.view_cache import ViewTokenCache
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +96,7 @@ class OnnxBackend:
         self.prompt_len = self.cfg.prompt_len
         self.vocab_size = self.cfg.vocab_size
         row_counts = sorted({1, max_rows})
-        missing = [g for g in ["vision", "prefill", *LIVE_GRAPHS] if g not in manifest["graphs"]]
+        missing = [g for g in ["views", "assemble", "prefill", *LIVE_GRAPHS] if g not in manifest["graphs"]]
         if missing:
             raise FileNotFoundError(f"ONNX export in {self.dir} lacks graphs {missing}; export it again with this "
                                     f"version (export_checkpoint writes them)")
@@ -114,7 +119,10 @@ class OnnxBackend:
                 path = ensure_int8(path, manifest["graphs"][graph]["sha256"])
             return ort.InferenceSession(str(path), sess_options=options, providers=self.providers)
 
-        self.vision = session("vision")  # convolutions and a few small layers: not worth quantising
+        # convolutions and a few small layers: not worth quantising (measured slower, docs/speed.md)
+        self.views = session("views")
+        self.assemble = session("assemble")
+        self.view_cache = ViewTokenCache(len(CAMERAS))
         self.prefill_session = session("prefill", int8)
         self.steps = {name: session(name, int8) for name in LIVE_GRAPHS}
         bb = self.cfg.backbone
@@ -122,16 +130,20 @@ class OnnxBackend:
         self.cache = SplitCache(row_counts, lambda r: (np.zeros(shape(r), np.float32), np.zeros(shape(r), np.float32)))
         log.info("ONNX Runtime backend on %s: window %d, rows %s", self.providers[0], window, row_counts)
 
+    def _encode_frame(self, images: np.ndarray) -> np.ndarray:
+        x = images_to_input(torch.from_numpy(images)[None], torch.float32)[0].numpy()
+        return self.views.run(["view_tokens"], {"images": x})[0]
+
     @torch.inference_mode()
     def prompt(self, images, ego, bos, nav) -> torch.Tensor:
+        view_tokens = self.view_cache.tokens(images.cpu().numpy()[0], self._encode_frame)
         feeds = {
-            "images": images_to_input(images.cpu(), torch.float32).numpy(),
+            "view_tokens": view_tokens[None],
             "ego": ego.cpu().float().numpy(),
             "bos": bos.cpu().long().numpy().reshape(1),
             "nav": nav.cpu().long().numpy().reshape(1),
         }
-        _, prompt = self.vision.run(["visual_tokens", "prompt_embeds"], feeds)
-        return torch.from_numpy(prompt)
+        return torch.from_numpy(self.assemble.run(["prompt_embeds"], feeds)[0])
 
     def prefill(self, prompt: torch.Tensor) -> torch.Tensor:
         if prompt.shape[0] != 1:

@@ -1,7 +1,10 @@
 """ONNX export of the driving VLA: vision, prefill, and the block step in two families.
 
 - vision.onnx:  images (1, 6, 3, H, W) float in [-1, 1], ego (1, F), bos (1,), nav (1,)
-                -> visual_tokens (1, N, D), prompt_embeds (1, P, D)
+                -> visual_tokens (1, N, D), prompt_embeds (1, P, D)   (TensorRT: one engine)
+- views.onnx:   one frame's images (3, 3, H, W) -> view_tokens (3, T, D), before the camera/frame
+                embedding; assemble.onnx: view_tokens (1, 6, T, D), ego, bos, nav -> prompt_embeds.
+                ONNX Runtime runs these two, so a frame seen again reuses its tokens (view_cache.py).
 - prefill.onnx: prompt_embeds (1, P, D) -> logits (1, V), k_prompt, v_prompt (layers, 1, kv_heads, P, head_dim)
 - step_w{W}_n{n}.onnx: tokens (n, W) int64, k_cache, v_cache (layers, n, kv_heads, T, head_dim),
                 start, valid (int64 scalars), bidirectional, action (bool scalars)
@@ -43,8 +46,9 @@ import torch
 from torch import nn
 
 from ddrive_ros.model.attention import attend_masked
+from ddrive_ros.model.config import N_FRAMES
 from ddrive_ros.model.vla import DrivingVLA
-from ddrive_ros.observation import PAST_STEPS
+from ddrive_ros.observation import CAMERAS, PAST_STEPS
 from ddrive_ros.runtime.onnx_weights import SHARED_WEIGHTS, share_weights
 
 log = logging.getLogger(__name__)
@@ -58,6 +62,8 @@ EXTERNAL_DATA_BYTES = 1 << 30
 
 VISION_INPUTS = ("images", "ego", "bos", "nav")
 VISION_OUTPUTS = ("visual_tokens", "prompt_embeds")
+VIEWS_INPUTS, VIEWS_OUTPUTS = ("images",), ("view_tokens",)
+ASSEMBLE_INPUTS, ASSEMBLE_OUTPUTS = ("view_tokens", "ego", "bos", "nav"), ("prompt_embeds",)
 PREFILL_INPUTS = ("prompt_embeds",)
 PREFILL_OUTPUTS = ("logits", "k_prompt", "v_prompt")
 STEP_INPUTS = ("tokens", "k_cache", "v_cache", "start", "valid", "bidirectional", "action")
@@ -76,6 +82,7 @@ def live_graph_name(causal: bool, action: bool) -> str:
 
 
 LIVE_GRAPHS = tuple(live_graph_name(c, a) for c in (False, True) for a in (False, True))
+PROMPT_GRAPHS = ("vision", "views", "assemble")
 
 
 # ---------------------------------------------------------------------------- graph modules
@@ -89,6 +96,28 @@ class VisionGraph(nn.Module):
     def forward(self, images: torch.Tensor, ego: torch.Tensor, bos: torch.Tensor, nav: torch.Tensor):
         visual = self.model.encode_images(images)
         return visual, self.model.prompt_embeds(visual, ego, bos, nav)
+
+
+class ViewsGraph(nn.Module):
+    """The vision encoder over one frame's camera images, without the camera/frame embedding."""
+
+    def __init__(self, model: DrivingVLA):
+        super().__init__()
+        self.vision = model.vision
+
+    def forward(self, images: torch.Tensor):
+        return self.vision.view_tokens(images)
+
+
+class AssembleGraph(nn.Module):
+    """Per-image tokens of both frames -> the prompt: camera/frame embedding, token embeddings, ego encoder."""
+
+    def __init__(self, model: DrivingVLA):
+        super().__init__()
+        self.model = model
+
+    def forward(self, view_tokens: torch.Tensor, ego: torch.Tensor, bos: torch.Tensor, nav: torch.Tensor):
+        return self.model.prompt_embeds(self.model.vision.place(view_tokens), ego, bos, nav)
 
 
 class PrefillGraph(nn.Module):
@@ -204,6 +233,18 @@ def vision_inputs(model: DrivingVLA, generator: torch.Generator | None = None) -
     return images, ego, ids[0], ids[1]
 
 
+def views_inputs(model: DrivingVLA, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+    h, w = model.cfg.vision.image_size
+    return (torch.rand(len(CAMERAS), 3, h, w, generator=generator) * 2 - 1,)
+
+
+def assemble_inputs(model: DrivingVLA, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+    cfg = model.cfg
+    tokens = torch.randn(1, N_FRAMES * len(CAMERAS), cfg.vision.tokens_per_image, cfg.backbone.dim, generator=generator)
+    _, ego, bos, nav = vision_inputs(model, generator)
+    return tokens, ego, bos, nav
+
+
 def prefill_inputs(model: DrivingVLA, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
     return (torch.randn(1, model.cfg.prompt_len, model.cfg.backbone.dim, generator=generator),)
 
@@ -233,6 +274,8 @@ def live_inputs(model: DrivingVLA, rows: int = 2, valid: int = 7, start: int | N
 def graph_specs(model: DrivingVLA, windows: Iterable[int], rows: Iterable[int]) -> list[GraphSpec]:
     gen = torch.Generator().manual_seed(0)
     specs = [GraphSpec("vision", VisionGraph(model), vision_inputs(model, gen), VISION_INPUTS, VISION_OUTPUTS),
+             GraphSpec("views", ViewsGraph(model), views_inputs(model, gen), VIEWS_INPUTS, VIEWS_OUTPUTS),
+             GraphSpec("assemble", AssembleGraph(model), assemble_inputs(model, gen), ASSEMBLE_INPUTS, ASSEMBLE_OUTPUTS),
              GraphSpec("prefill", PrefillGraph(model), prefill_inputs(model, gen), PREFILL_INPUTS, PREFILL_OUTPUTS)]
     for causal in (False, True):
         for action in (False, True):
@@ -348,7 +391,7 @@ def _progress(items: list, desc: str):
 
 def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | Path, rows: Sequence[int] = (1,),
                       opset: int = OPSET, progress: bool = True) -> dict[str, Any]:
-    """Write vision.onnx, prefill.onnx, the four live step graphs (ONNX Runtime), one static
+    """Write vision.onnx (and its two halves views.onnx, assemble.onnx), prefill.onnx, the four live step graphs (ONNX Runtime), one static
     step_w{W}_n{n}.onnx per window and row count (TensorRT), plus manifest.json (shapes, opset, IR version, sha256 per file, model config, weights fingerprint).
     The graphs read their weights from one shared file, each distinct tensor once (`onnx_weights.py`)."""
     out = Path(out_dir)
@@ -399,7 +442,7 @@ def manifest_covers(manifest: dict[str, Any] | None, model: DrivingVLA, windows:
         return False
     if fingerprint is not None and manifest.get("weights_sha256") != fingerprint:
         return False
-    needed = {"vision", "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in windows for n in rows}
+    needed = {*PROMPT_GRAPHS, "prefill", *LIVE_GRAPHS} | {step_graph_name(w, n) for w in windows for n in rows}
     return needed <= set(manifest.get("graphs", {}))
 
 
