@@ -13,6 +13,7 @@ Contents:
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -304,10 +305,28 @@ def fit_min_jerk(
 
     knots = np.concatenate([[0.0], t])
     h = np.diff(knots)
-    start_points = np.vstack([np.zeros((1, dim)), p[:-1]])
+    # the matrix depends on the waypoint times alone (a planner's are the same every plan): its
+    # inverse is kept, and each fit is one product with the right-hand side
+    inverse = _min_jerk_inverse(tuple(t.tolist()))
+    rhs = np.zeros((_N_COEF * n_seg, dim))
+    rhs[1:n_seg] = p[:-1]  # each segment starts on the previous waypoint (the first at the origin)
+    rhs[n_seg:2 * n_seg] = p  # and ends on its own
+    rhs[2 * n_seg] = v0 * h[0]
+    rhs[2 * n_seg + 1] = a0 * h[0] ** 2
+    solution = inverse @ rhs
+    return MinJerkSpline(knots=knots, coeffs=solution.reshape(n_seg, _N_COEF, dim))
+
+
+@functools.lru_cache(maxsize=64)
+def _min_jerk_inverse(waypoint_times: tuple[float, ...]) -> np.ndarray:
+    """The inverse of `fit_min_jerk`'s linear system for these waypoint times (rows in the order
+    the right-hand side is written there: start points, end points, v0, a0, C1..C4, natural end)."""
+    t = np.asarray(waypoint_times, dtype=float)
+    n_seg = len(t)
+    knots = np.concatenate([[0.0], t])
+    h = np.diff(knots)
     n_unknown = _N_COEF * n_seg
     a_mat = np.zeros((n_unknown, n_unknown))
-    rhs = np.zeros((n_unknown, dim))
     seg = np.arange(n_seg)
     cols = _N_COEF * seg[:, None] + np.arange(_N_COEF)  # (K, 6) column indices of each segment
     at_start = _basis(np.zeros(1), 0)[0]
@@ -316,15 +335,12 @@ def fit_min_jerk(
     row = 0
     # Each segment starts and ends on its waypoints.
     a_mat[row + seg[:, None], cols] = at_start
-    rhs[row : row + n_seg] = start_points
     row += n_seg
     a_mat[row + seg[:, None], cols] = at_end[0]
-    rhs[row : row + n_seg] = p
     row += n_seg
     # Start velocity and acceleration (rows scaled by h_0^d to keep entries O(1)).
-    for d, value in ((1, v0), (2, a0)):
+    for d in (1, 2):
         a_mat[row, cols[0]] = _basis(np.zeros(1), d)[0]
-        rhs[row] = value * h[0] ** d
         row += 1
     # C1..C4 at interior knots; row for order d multiplied by h_{j-1}^d.
     left, right = seg[:-1], seg[1:]
@@ -340,9 +356,9 @@ def fit_min_jerk(
         a_mat[row, cols[-1]] = at_end[d]
         row += 1
     assert row == n_unknown, "equation count must equal 6 per segment"
-
-    solution = np.linalg.solve(a_mat, rhs)
-    return MinJerkSpline(knots=knots, coeffs=solution.reshape(n_seg, _N_COEF, dim))
+    inverse = np.linalg.inv(a_mat)
+    inverse.setflags(write=False)
+    return inverse
 
 
 def jmt_interpolate(
