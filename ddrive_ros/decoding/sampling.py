@@ -2,6 +2,7 @@
 confidence, and the speculative accept/reject rule shared by every verifier."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 NEG = -1e9
@@ -22,7 +23,13 @@ def greedy_choice(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The most likely allowed token per position, (n, W), from the logits without a softmax: the softmax
     is monotonic, so its argmax is the logits' (one add and one argmax instead of an exp and a sum over
     the vocabulary). Every greedy choice of the AR and speculative decoders is made here, so the two
-    agree token for token by construction."""
+    agree token for token by construction.
+
+    On the CPU the add and the argmax run in numpy: on a block's few thousand numbers torch's per-op
+    dispatch costs several times the arithmetic (25 against 3.5 us for the argmax of 16 x 823
+    logits). Both return the first maximal index, so the choice is the same."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and allowed.dtype == torch.float32:
+        return torch.from_numpy(np.add(logits.numpy(), allowed.numpy()).argmax(-1))
     return greedy_scores(logits, allowed).argmax(-1)
 
 
@@ -58,15 +65,14 @@ def verify(draft: torch.Tensor, draft_probs: torch.Tensor | None, ar_probs: torc
     """Left-to-right acceptance of drafted `span` positions against the AR distribution.
 
     Greedy: keep drafts while they equal the AR argmax; at the first mismatch take the AR token
-    (`ar_probs` may then be `greedy_scores`, whose argmax is the same: no softmax needed).
+    (`ar_probs` may then be any scores with the same argmax, e.g. logits: no softmax needed).
     Sampling: accept with min(1, q/p); on rejection resample from normalise(max(q - p, 0)),
     which leaves the AR distribution q intact. Positions after the first rejection are dropped.
     Returns (tokens (n, W), decided (n, W) bool, rejected_at (n,) index or W).
     """
     n, w = draft.shape
     if greedy:
-        replacement = ar_probs.argmax(-1)
-        ok = draft == replacement
+        return verify_greedy(draft, ar_probs.argmax(-1), span)
     else:
         q_tok = ar_probs.gather(-1, draft[..., None])[..., 0]
         p_tok = draft_probs.gather(-1, draft[..., None])[..., 0]
@@ -76,8 +82,21 @@ def verify(draft: torch.Tensor, draft_probs: torch.Tensor | None, ar_probs: torc
         mass = residual.sum(-1, keepdim=True)
         residual = torch.where(mass > 1e-12, residual / mass.clamp_min(1e-12), ar_probs)
         replacement = torch.multinomial(residual.reshape(n * w, -1), 1, generator=generator).view(n, w)
-    bad = span & ~ok
-    rejected_at = first_true(bad)
+    return _accept_prefix(draft, ok, replacement, span)
+
+
+def verify_greedy(draft: torch.Tensor, ar_tokens: torch.Tensor, span: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`verify` at temperature 0 given the AR argmax tokens (`greedy_choice`), which the caller may
+    reuse (the causal redraft of an action block is the same argmax)."""
+    return _accept_prefix(draft, draft == ar_tokens, ar_tokens, span)
+
+
+def _accept_prefix(draft: torch.Tensor, ok: torch.Tensor, replacement: torch.Tensor, span: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keep the drafts of `span` up to the first one not `ok`, which takes its replacement."""
+    w = draft.shape[-1]
+    rejected_at = first_true(span & ~ok)
     idx = torch.arange(w, device=draft.device)[None]
     accepted = span & (idx < rejected_at[:, None])
     fixed = span & (idx == rejected_at[:, None])

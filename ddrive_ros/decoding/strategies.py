@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 
 from ddrive_ros.decoding.block_loop import BlockContext, ranks_desc
-from ddrive_ros.decoding.sampling import first_true, greedy_scores, verify
+from ddrive_ros.decoding.sampling import first_true, greedy_choice, verify, verify_greedy
 
 
 class Autoregressive:
@@ -91,13 +91,20 @@ class ScaffoldSpeculative:
         span = ctx.open.clone()
         ctx.x = torch.where(span, draft, ctx.x)
         logits = ctx.forward(bidirectional=False)
-        # greedy verification compares with the AR argmax: the biased logits give it without a softmax
-        ar = greedy_scores(logits, ctx.bias) if ctx.greedy else ctx.probs(logits)
-        tokens, decided, _ = verify(ctx.x, draft_probs, ar, span, ctx.greedy, ctx.generator)
+        redraft = self.redraft == "causal" or (self.redraft == "action" and ctx.action)
+        if ctx.greedy:
+            # greedy verification compares with the AR argmax (no softmax), which is also the redraft
+            ar_tokens = greedy_choice(logits, ctx.bias)
+            tokens, decided, _ = verify_greedy(ctx.x, ar_tokens, span)
+            next_draft = (ar_tokens, None)
+        else:
+            ar = ctx.probs(logits)
+            tokens, decided, _ = verify(ctx.x, draft_probs, ar, span, False, ctx.generator)
+            next_draft = (ctx.pick(ar)[0], ar) if redraft else None
         ctx.x = torch.where(span & ~decided, torch.full_like(ctx.x, ctx.mask_id), ctx.x)
         ctx.decide(decided, tokens)
-        if self.redraft == "causal" or (self.redraft == "action" and ctx.action):
-            ctx.next_draft = (ar.argmax(-1), None) if ctx.greedy else (ctx.pick(ar)[0], ar)
+        if redraft:
+            ctx.next_draft = next_draft
 
 
 @dataclass
