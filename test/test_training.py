@@ -215,3 +215,27 @@ def test_repair_only_trains_on_the_repair_term_alone(world_samples):
     assert abs(float(mixed.total.detach()) - parts.repair) > 1e-4  # the plain terms are in the default total
     with pytest.raises(ValueError, match="repair rows"):
         loss(model, prompt, ids, labelled, torch.Generator().manual_seed(0), repair_only=True)
+
+
+def test_context_swap_gives_rows_another_rows_explanation_unsupervised_and_keeps_the_rest(world_samples):
+    """Swapped rows hold a different row's explanation with its loss dropped; the trajectory and the
+    meta behaviour after it keep their own tokens and labels; unswapped rows are untouched."""
+    from ddrive_ros.training.context_swap import swap_context
+
+    bundle = ckpt.build_random("tiny", "fast_ddrive")
+    layout = Layout(bundle.schema, bundle.tokenizer, 32)
+    data = tensorize(world_samples, Codec(layout), bundle.config)
+    ids, labelled = data.ids, data.labelled
+    expl = torch.as_tensor(layout.section == layout.schema.section_names.index("explanation"))
+    new_ids, new_lab, rows = swap_context(ids, labelled, layout, ["explanation"], 0.5, torch.Generator().manual_seed(1))
+    assert 0 < int(rows.sum()) < len(rows)
+    donor = ids.roll(len(ids) // 2, dims=0)
+    assert torch.equal(new_ids[rows][:, expl], donor[rows][:, expl])
+    assert not new_lab[rows][:, expl].any()
+    assert torch.equal(new_ids[:, ~expl], ids[:, ~expl]) and torch.equal(new_lab[:, ~expl], labelled[:, ~expl])
+    assert torch.equal(new_ids[~rows], ids[~rows]) and torch.equal(new_lab[~rows], labelled[~rows])
+    with pytest.raises(ValueError, match="trajectory"):
+        swap_context(ids, labelled, layout, ["trajectory"], 0.5, torch.Generator())
+    with pytest.raises(ValueError, match="not sections"):
+        swap_context(ids, labelled, layout, ["explanations"], 0.5, torch.Generator())
+    assert TrainConfig.from_dict({"context_swap": 0.5}).context_swap_sections == ["explanation"]

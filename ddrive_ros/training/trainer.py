@@ -25,6 +25,7 @@ from ddrive_ros.training.augment import CameraAugment
 from ddrive_ros.training.config_keys import from_checked_dict
 from ddrive_ros.training.dataset import TensorData, batch_prompts
 from ddrive_ros.training.distributed import average_gradients, broadcast_weights, finish, init_ranks
+from ddrive_ros.training.context_swap import swap_context
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
 
@@ -63,6 +64,8 @@ class TrainConfig:
     surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
+    context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
+    context_swap_sections: list[str] = field(default_factory=lambda: ["explanation"])
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -227,6 +230,9 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         else:
             idx = torch.multinomial(weights, cfg.batch_size, replacement=True, generator=gen)
         images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
+        if cfg.context_swap > 0:
+            ids, labelled, _ = swap_context(ids, labelled, losses[bs].layout, cfg.context_swap_sections,
+                                            cfg.context_swap, gen)
         if augment is not None:
             images = augment(images, gen)
         prompt = batch_prompts(model, images, ego, nav, bundle.tokenizer.bos_id)
