@@ -82,6 +82,13 @@ class Run:
 
 
 def backend_for(path: str, threads: int, onnx_dir: Path) -> tuple[str, dict[str, Any]]:
+    """A path name -> backend and options; an ONNX Runtime path may end in '+io' (I/O binding)."""
+    base, plus, flag = path.partition("+")
+    if plus:
+        if flag != "io" or not base.startswith("onnxruntime"):
+            raise ValueError(f"unknown path {path!r}: only onnxruntime paths take a '+io' suffix (I/O binding)")
+        backend, options = backend_for(base, threads, onnx_dir)
+        return backend, {**options, "io_binding": True}
     if path == "torch_eager":
         return "torch", {}
     if path == "torch_compiled":
@@ -222,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plans", type=int, default=20, help="observations planned on every path (after one warm-up)")
     ap.add_argument("--threads", type=int, default=2, help="torch and ONNX Runtime intra-op threads")
-    ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list from {','.join(PATHS)}")
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help=f"comma list from {','.join(PATHS)}; an onnxruntime path + '+io' runs it with I/O binding")
     ap.add_argument("--trajectory-paths", default="torch_eager,onnxruntime,onnxruntime_int8",
                     help="paths for trajectory_only_tiny (empty: skip it)")
     ap.add_argument("--decoders", default="speculative",

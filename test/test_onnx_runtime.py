@@ -324,6 +324,23 @@ def test_multi_rollout_gives_identical_tokens_on_onnx_runtime(exported):
     assert torch.equal(ort_ids, ref_ids)
 
 
+@pytest.mark.parametrize("decoder", ["speculative", "s2d2"])
+def test_io_binding_keeps_the_cache_in_torch_and_gives_the_same_plans(exported, decoder):
+    """I/O binding (the cache a torch tensor on the provider's device, bound by pointer; on a GPU it
+    never passes through the host) runs the same graphs on the same inputs: the same logits bit for
+    bit, so the same tokens and forwards, greedy, sampled and over sampled rollouts."""
+    layout = exported.main
+    for options in (DecodeOptions(), DecodeOptions(temperature=1.0, rollouts=3, rollout_temperature=0.7, seed=4)):
+        bound = OnnxBackend(exported.dir, layout.window, ROWS, threads=1, io_binding=True)
+        plain = OnnxBackend(exported.dir, layout.window, ROWS, threads=1)
+        b_ids, b_stats = run_decoder(bound, layout, exported, decoder, options)
+        p_ids, p_stats = run_decoder(plain, layout, exported, decoder, options)
+        assert torch.equal(b_ids, p_ids) and b_stats.forwards == p_stats.forwards
+        k_bound, _, _ = bound.cache.use(ROWS)
+        k_plain, _, _ = plain.cache.use(ROWS)
+        assert isinstance(k_bound, torch.Tensor) and np.array_equal(k_bound.numpy(), k_plain)
+
+
 def test_fewer_rollouts_than_cache_rows(short):
     """Two rollouts on a 3-row backend: the live graphs take any row count, the cache store has 3."""
     layout = short.main

@@ -28,7 +28,8 @@ def make_backend(name: str, model: DrivingVLA, window: int, max_rows: int = 1, d
       torch:      compile (bool: torch.compile the block step)
       cuda_graph: graphs (bool)
       onnx:       onnx_dir (export folder; exported there when missing or stale), providers, threads,
-                  int8 (bool: dynamically quantised step and prefill graphs)
+                  int8 (bool: dynamically quantised step and prefill graphs),
+                  io_binding (bool: the cache a torch tensor bound by pointer; default on with CUDA, off on CPU)
       tensorrt:   onnx_dir, precision ('fp32'|'fp16'|'bf16', default from dtype), workspace (bytes),
                   build_only, cuda_graphs
     """
