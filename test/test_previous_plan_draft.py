@@ -23,15 +23,37 @@ def _decode(bundle, decoder, prior=None, options=None, rows=1):
 
 
 @pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
-def test_a_prior_that_is_the_plan_costs_one_forward_per_block(fixture, request):
+def test_a_prior_that_is_the_plan_costs_one_forward_per_kind_of_section(fixture, request):
     bundle = request.getfixturevalue(fixture)
     ar, _ = _decode(bundle, "ar")
     spec, stats = _decode(bundle, "speculative", prior=ar[0])
     layout = layout_for(bundle, "speculative")
     assert torch.equal(spec, ar)
     assert stats.prior_blocks == len(layout.blocks)
-    # every block: one verification, fully accepted, which is also its commit
-    assert stats.forwards == 1 + len(layout.blocks), stats.forwards_per_section
+    # the text blocks in one causal forward and the trajectory blocks in another, both accepted whole:
+    # that verification is also their commit
+    kinds = len({bool(layout.action[b.start]) for b in layout.blocks})
+    assert stats.forwards == 1 + kinds, stats.forwards_per_section
+    multi = sum(sum(bool(layout.action[b.start]) == k for b in layout.blocks) > 1 for k in (False, True))
+    assert stats.forwards_per_section.get("prior run", 0) == multi
+
+
+def test_a_prior_wrong_from_the_middle_of_a_run_gives_the_ar_plan(tiny_fast):
+    """The run's agreeing prefix is final; the block it stops in continues from there (the verifier's
+    token at the disagreement, recomputed K/V) and the blocks after it verify the rest of the prior.
+    Wrong tokens in a text block, at a block's second position, in the trajectory and at its end."""
+    bundle = tiny_fast
+    ar, _ = _decode(bundle, "ar")
+    layout = layout_for(bundle, "speculative")
+    editable = np.flatnonzero(layout.editable)
+    for where in (editable[len(editable) // 3], layout.blocks[1].start + 1, editable[-20], editable[-1]):
+        prior = ar[0].clone()
+        i = int(where) if layout.editable[int(where)] else int(editable[editable > where][0])
+        prior[i] = int(next(t for t in np.flatnonzero(layout.allowed[i]) if t != int(ar[0, i])))
+        spec, stats = _decode(bundle, "speculative", prior=prior)
+        assert torch.equal(spec, ar), where
+        kinds = len({bool(layout.action[b.start]) for b in layout.blocks})
+        assert stats.forwards <= 1 + kinds + 3, stats.forwards_per_section
 
 
 @pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])

@@ -33,6 +33,14 @@ editable position; a strategy that drafts (scaffold speculative) verifies them a
 of each block instead of running its own draft forward. The verifier still decides every token, so
 greedy output is AR's whatever the prior says; a block whose prior is accepted whole costs one
 forward, the verification that is also its commit.
+
+Prior runs: causal verification needs no block structure (it is AR's own forward), so on
+dynamic-shape backends a run of consecutive blocks that all have a prior and share one kind of
+step (text sections run the shared FFN, the trajectory the action expert) is verified by one
+causal forward over the whole run (`_verify_prior_run`). The longest agreeing prefix is final, as
+in a block's verification; the blocks it covers are done with their causal K/V written, and the
+block where it stops continues from there (its final positions pinned, the prior as its first
+draft). On a steady stream most plans are then one forward per kind of section.
 """
 from __future__ import annotations
 
@@ -45,7 +53,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
-from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true, greedy_choice
+from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true, greedy_choice, verify, verify_greedy
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.runtime.backend import Backend
@@ -219,6 +227,9 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     out = masks.template[None].clone()
     priors = _prior_windows(layout, prior, device) if prior is not None else {}
     stats.prior_blocks = len(priors)
+    runs = bool(priors) and bool(getattr(backend, "dynamic_windows", False)) and getattr(strategy, "uses_prior", False)
+    done_through = -1  # blocks up to this index were finished by a prior run
+    pinned: torch.Tensor | None = None  # final positions of the block a prior run stopped in
     names = layout.schema.section_names
     traj_blocks = layout.section_blocks(names.index("trajectory")) if "trajectory" in names else []
     fork_at = traj_blocks[0].index if traj_blocks else -1
@@ -232,8 +243,18 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
                 carry = carry.expand(opt.rollouts, -1).clone()
                 temperature = opt.rollout_temperature
             start = TrajectoryStart(carry, traj_blocks, masks, temperature, gen)
+        if block.index <= done_through:
+            continue
+        if runs and pinned is None and out.shape[0] == 1:
+            run = _prior_run(layout, priors, block)
+            if len(run) > 1:  # one block: its own verification is the same forward
+                done_through, carry, pinned = _verify_prior_run(backend, layout, masks, out, run, priors, carry,
+                                                                temperature, gen, stats)
+                if block.index <= done_through:
+                    continue
         carry = decode_block(backend, layout, masks, out, block, carry, strategy, temperature, gen, stats,
-                             prior=priors.get(block.index))
+                             pinned=pinned, prior=priors.get(block.index))
+        pinned = None
     t_blocks = time.perf_counter()
     stats.stage_ms["blocks"] = (t_blocks - t0) * 1000.0 - stats.stage_ms["prefill"]
     if reflect is not None and start is not None:
@@ -290,6 +311,58 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     carry = ctx.finish(stale)
     out[:, block.start:block.end] = ctx.x[:, : block.length]
     return carry
+
+
+def _prior_run(layout: Layout, priors: dict[int, torch.Tensor], first: Block) -> list[Block]:
+    """The consecutive blocks from `first` that all have a prior and run the same kind of step (an
+    action-expert block never shares a forward with a shared-FFN block)."""
+    action = bool(layout.action[first.start])
+    run = []
+    for block in layout.blocks[first.index:]:
+        if block.index not in priors or bool(layout.action[block.start]) != action:
+            break
+        run.append(block)
+    return run
+
+
+def _verify_prior_run(backend: Backend, layout: Layout, masks: LayoutTensors, out: torch.Tensor, run: list[Block],
+                      priors: dict[int, torch.Tensor], carry: torch.Tensor, temperature: float, gen: torch.Generator,
+                      stats: DecodeStats) -> tuple[int, torch.Tensor, torch.Tensor | None]:
+    """One causal forward over the run with the prior in its editable positions; its longest agreeing
+    prefix (plus the verifier's token at the first disagreement) is written into `out` (one row).
+    Returns (index of the last block finished, the carry after it, and for the block the run stopped
+    in the (1, L) mask of its final positions, or None when every block of the run is finished)."""
+    a, b = run[0].start, run[-1].end
+    template = out[:, a:b]
+    editable = torch.cat([masks.blocks[blk.index].editable[: blk.length] for blk in run])
+    bias = torch.cat([masks.blocks[blk.index].bias[: blk.length] for blk in run])
+    draft = torch.where(editable[None], torch.cat([priors[blk.index] for blk in run])[None], template)
+    logits = backend.step(draft, backend.prompt_len + a, b - a, False, bool(layout.action[a]))
+    stats.forwards += 1
+    stats.tokens_processed += b - a
+    stats.forwards_per_section["prior run"] = stats.forwards_per_section.get("prior run", 0) + 1
+    pred = torch.cat([carry[:, None], logits[:, :-1]], dim=1)  # entry j predicts run position j
+    greedy = temperature <= 0
+    if greedy:
+        tokens, decided, rejected = verify_greedy(draft, greedy_choice(pred, bias), editable[None])
+    else:
+        probs = constrained_probs(pred, bias, temperature)
+        one_hot = torch.nn.functional.one_hot(draft, bias.shape[-1]).float()
+        tokens, decided, rejected = verify(draft, one_hot, probs, editable[None], False, gen)
+    final = decided | ~editable[None]  # template positions are final as they stand
+    upto = int(rejected[0])  # the run's one host read: where the agreeing prefix ends (b - a: nowhere)
+    out[:, a:b] = torch.where(decided, tokens, template)
+    stats.tokens_decided += int(editable[: min(upto + 1, b - a)].sum())
+    if upto >= b - a:  # every position agreed: the whole run is final and its K/V are in the cache
+        return run[-1].index, logits[:, -1], None
+    # position `upto` holds the verifier's token, but the cache's K/V there were computed from the
+    # prior's: the blocks before its block are finished, that block continues from its final positions
+    stop = next(blk for blk in run if blk.start <= a + upto < blk.end)
+    keep = torch.zeros_like(out, dtype=torch.bool)
+    keep[:, a:b] = final & (torch.arange(b - a, device=out.device) <= upto)[None]
+    keep[:, : stop.start] = False
+    next_carry = carry if stop.start == a else logits[:, stop.start - a - 1]
+    return stop.index - 1, next_carry, keep
 
 
 def _prior_windows(layout: Layout, prior: torch.Tensor, device: torch.device) -> dict[int, torch.Tensor]:
