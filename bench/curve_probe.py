@@ -74,6 +74,37 @@ def pinned_plan(planner: Planner, sample, section: str) -> np.ndarray:
     return codec.decode(out[0].numpy()).waypoints
 
 
+def label_stats(sources: list[tuple[int, int]]) -> dict:
+    """How well the explanation's route sentence predicts the trajectory's lateral offset in the labels
+    (lateral STRAIGHT samples of these (world seed, episodes) sources, labelled as the sample maker
+    labels them, without rendering): the shortcut a full model can learn instead of the cameras."""
+    from ddrive_ros.sim.labels import critical_objects, explanation, meta_behavior
+    from ddrive_ros.timeline import OUTPUT_TIMES
+    from ddrive_ros.trajectory import world_to_ego
+
+    rows = []
+    for seed, n in sources:
+        for s in tqdm(episode_seeds(seed, n), desc=f"labels, world seed {seed}", unit="ep"):
+            ep = Episode(s, DURATION_S)
+            for frame in valid_anchor_frames(ep, 0.5):
+                k = ep.frames[frame].step
+                future = world_to_ego(ep.ego_xy[k + np.round(OUTPUT_TIMES / ep.dt).astype(int)], ep.ego_xy[k],
+                                      float(ep.ego_yaw[k]))
+                if not future_in_range(future):
+                    continue
+                meta = meta_behavior(ep, k)
+                if meta.lateral != "STRAIGHT":
+                    continue
+                text = explanation(ep, k, meta, critical_objects(ep, k))
+                rows.append(("keeping its lane" in text, "following the curve" in text,
+                             bool(np.all(np.abs(future[:, 1]) < 0.05)), abs(float(future[-1, 1])) > 1.0))
+            ep.clear_cache()
+    keep, follow, zero, bent = (np.array(c) for c in zip(*rows))
+    return {"sources": [list(x) for x in sources], "straight_samples": len(rows),
+            "keeping_its_lane": {"n": int(keep.sum()), "share_with_every_y_zero": round(float(zero[keep].mean()), 3)},
+            "following_the_curve": {"n": int(follow.sum()), "share_with_abs_y_end_over_1m": round(float(bent[follow].mean()), 3)}}
+
+
 def bends(ys: np.ndarray, labels: np.ndarray) -> dict:
     bent = np.abs(ys) >= 0.05
     return {"bent": int(bent.sum()), "bent_to_the_expert_side": int((np.sign(ys[bent]) == np.sign(labels[bent])).sum()),
@@ -85,6 +116,9 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoints", default="fast_ddrive_tiny,trajectory_only_tiny")
     ap.add_argument("--seed", type=int, default=31, help="validation episode seed (not the reporting seed)")
     ap.add_argument("--episodes", type=int, default=60)
+    ap.add_argument("--label-stats", default="1:150,4:200",
+                    help="world seed:episodes of training data whose labels to check for the text shortcut "
+                         "(default: the shipped fast_ddrive_tiny's balanced stage); empty: skip")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -110,6 +144,10 @@ def main(argv=None) -> int:
             row["expert_explanation_pinned"]["bent_where_it_says_keeping"] = int((np.abs(pinned[~told]) >= 0.05).sum())
         result["rows"].append(row)
         print(json.dumps(row))
+    if args.label_stats:
+        sources = [tuple(int(v) for v in part.split(":")) for part in args.label_stats.split(",")]
+        result["training_labels"] = label_stats(sources)
+        print(json.dumps(result["training_labels"]))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2))
