@@ -2,8 +2,10 @@
 """Forwards per plan on a stream, with and without the previous plan as the speculative draft.
 
 Plans consecutive frames of synthetic-world episodes (seed 10_000 + seed: never trained or evaluated on)
-at the node's rate with both shipped models, torch eager, the previous-plan draft off and on, and checks
-that the two give the same ids plan for plan. Forward counts are exact (no timing), so the picture and
+at the node's rate with both shipped models, torch eager, in three settings: the previous-plan draft off,
+on (verified block by block: the CPU backends' setting), and on with prior runs (several blocks of one kind
+verified by one causal forward: the GPU backends' setting, `prior_run_positions`), and checks that all three
+give the same ids plan for plan. Forward counts are exact (no timing), so the picture and
 the JSON are the same on any machine. Left: forwards per plan along the stream; right: forwards by
 section over the whole stream.
 
@@ -26,6 +28,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from ddrive_ros.planner import Planner  # noqa: E402
+from ddrive_ros.runtime.backend import PRIOR_RUN_POSITIONS  # noqa: E402
 from ddrive_ros.sim.sample import samples_from_world  # noqa: E402
 
 MODELS = ("fast_ddrive_tiny", "trajectory_only_tiny")
@@ -40,24 +43,31 @@ def stream(seed: int, frames: int, hz: float) -> list:
     raise SystemExit(f"the synthetic world gave {len(out)} frames, {frames} needed")
 
 
+SETTINGS = {"off": (False, 0), "on": (True, 0), "runs": (True, PRIOR_RUN_POSITIONS["cuda"])}
+
+
 def measure(model: str, observations: list) -> dict:
     runs = {}
-    for draft in (False, True):
+    for setting, (draft, run_positions) in SETTINGS.items():
         planner = Planner.from_checkpoint(model, draft_previous=draft)
+        planner.backend.prior_run_positions = run_positions
         forwards, sections, ids = [], {}, []
-        for obs in tqdm(observations, desc=f"{model} draft {'on' if draft else 'off'}", unit="plan", leave=False):
+        for obs in tqdm(observations, desc=f"{model} draft {setting}", unit="plan", leave=False):
             plan, row = planner.plan_and_ids(obs)
             forwards.append(plan.stats.forwards)
             ids.append(row)
             for name, n in plan.stats.forwards_per_section.items():
                 sections[name] = sections.get(name, 0) + n
-        runs[draft] = {"forwards": forwards, "sections": sections, "ids": ids}
-    same = all(np.array_equal(a, b) for a, b in zip(runs[False]["ids"], runs[True]["ids"]))
-    off, on = runs[False]["forwards"], runs[True]["forwards"]
-    return {"model": model, "same_ids_every_plan": same,
-            "forwards_per_plan_off": round(float(np.mean(off)), 2), "forwards_per_plan_on": round(float(np.mean(on)), 2),
-            "forwards_off": off, "forwards_on": on,
-            "sections_off": runs[False]["sections"], "sections_on": runs[True]["sections"]}
+        runs[setting] = {"forwards": forwards, "sections": sections, "ids": ids}
+    same = all(np.array_equal(a, b) and np.array_equal(a, c)
+               for a, b, c in zip(runs["off"]["ids"], runs["on"]["ids"], runs["runs"]["ids"]))
+    out = {"model": model, "same_ids_every_plan": same}
+    for setting, r in runs.items():
+        out[f"forwards_per_plan_{setting}"] = round(float(np.mean(r["forwards"])), 2)
+    for setting, r in runs.items():
+        out[f"forwards_{setting}"] = r["forwards"]
+        out[f"sections_{setting}"] = r["sections"]
+    return out
 
 
 def draw(results: list[dict], stamps: list[float], hz: float, path: Path) -> None:
@@ -73,7 +83,9 @@ def draw(results: list[dict], stamps: list[float], hz: float, path: Path) -> Non
         x = np.arange(len(r["forwards_off"]))
         ax.plot(x, r["forwards_off"], "o-", ms=3, color="tab:grey", label=f"own draft only ({r['forwards_per_plan_off']:.1f}/plan)")
         ax.plot(x, r["forwards_on"], "o-", ms=3, color="tab:blue",
-                label=f"previous plan as the draft ({r['forwards_per_plan_on']:.1f}/plan)")
+                label=f"previous plan as the draft, block by block: CPU ({r['forwards_per_plan_on']:.1f}/plan)")
+        ax.plot(x, r["forwards_runs"], "o-", ms=3, color="tab:orange",
+                label=f"... with prior runs: GPU ({r['forwards_per_plan_runs']:.1f}/plan)")
         for s in starts:
             ax.axvline(s, color="black", lw=0.6, ls=":")
         ax.set_title(f"{r['model']}: backbone forwards per plan, {hz:g} Hz stream"
@@ -81,10 +93,11 @@ def draw(results: list[dict], stamps: list[float], hz: float, path: Path) -> Non
         ax.set_xlabel("plan (dotted: a new episode starts)")
         ax.set_ylabel("forwards")
         ax.legend(fontsize=8)
-        names = [n for n in r["sections_off"] if n != "prompt"]
+        names = [n for n in r["sections_off"] if n != "prompt"] + (["prior run"] if "prior run" in r["sections_runs"] else [])
         y = np.arange(len(names))
-        bars.barh(y + 0.2, [r["sections_off"][n] for n in names], 0.4, color="tab:grey", label="own draft")
-        bars.barh(y - 0.2, [r["sections_on"].get(n, 0) for n in names], 0.4, color="tab:blue", label="previous plan")
+        bars.barh(y - 0.27, [r["sections_off"].get(n, 0) for n in names], 0.27, color="tab:grey", label="own draft")
+        bars.barh(y, [r["sections_on"].get(n, 0) for n in names], 0.27, color="tab:blue", label="previous plan")
+        bars.barh(y + 0.27, [r["sections_runs"].get(n, 0) for n in names], 0.27, color="tab:orange", label="+ prior runs")
         bars.set_yticks(y, names, fontsize=8)
         bars.invert_yaxis()
         bars.set_xlabel("forwards over the stream")
@@ -110,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     observations = stream(args.seed, args.frames, args.hz)
     results = [measure(m, observations) for m in tqdm(args.models.split(","), desc="models", unit="model")]
     draw(results, [o.stamp for o in observations], args.hz, Path(args.out))
-    print("| model | forwards per plan, own draft | previous plan as the draft | same plans |")
-    print("|---|---|---|---|")
+    print("| model | forwards per plan, own draft | previous plan as the draft (CPU) | with prior runs (GPU) | same plans |")
+    print("|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['model']} | {r['forwards_per_plan_off']} | {r['forwards_per_plan_on']} | {r['same_ids_every_plan']} |")
+        print(f"| {r['model']} | {r['forwards_per_plan_off']} | {r['forwards_per_plan_on']} | {r['forwards_per_plan_runs']} "
+              f"| {r['same_ids_every_plan']} |")
     print(f"picture: {args.out}")
     if args.json:
         out = {"command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),

@@ -10,26 +10,34 @@ from ddrive_ros.decoding.block_loop import DecodeOptions, decode
 from ddrive_ros.decoding.strategies import make_strategy
 from ddrive_ros.plan import MetaBehavior, Plan
 from ddrive_ros.previous_plan import carried_forward, prior_ids
+from ddrive_ros.runtime.backend import PRIOR_RUN_POSITIONS
 from ddrive_ros.runtime.torch_backend import TorchBackend
 from ddrive_ros.timeline import OUTPUT_TIMES
 from test_decoding import inputs, layout_for
 
 
-def _decode(bundle, decoder, prior=None, options=None, rows=1):
+def _decode(bundle, decoder, prior=None, options=None, rows=1, run_positions=None):
     layout = layout_for(bundle, decoder)
     backend = TorchBackend(bundle.model, layout.window, max_rows=rows)
+    if run_positions is not None:  # a GPU backend's setting, here on the CPU (the tokens do not depend on it)
+        backend.prior_run_positions = run_positions
     prompt = backend.prompt(*inputs(bundle))
     return decode(backend, layout, prompt, make_strategy(decoder), options, prior=prior)
 
 
 @pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
-def test_a_prior_that_is_the_plan_costs_one_forward_per_kind_of_section(fixture, request):
+def test_a_prior_that_is_the_plan_costs_one_forward_per_block_or_per_kind_of_section(fixture, request):
     bundle = request.getfixturevalue(fixture)
     ar, _ = _decode(bundle, "ar")
-    spec, stats = _decode(bundle, "speculative", prior=ar[0])
     layout = layout_for(bundle, "speculative")
+    # block by block (the CPU setting): one verification per block, fully accepted, which is also its commit
+    spec, stats = _decode(bundle, "speculative", prior=ar[0])
     assert torch.equal(spec, ar)
     assert stats.prior_blocks == len(layout.blocks)
+    assert stats.forwards == 1 + len(layout.blocks), stats.forwards_per_section
+    # with prior runs (the GPU setting)
+    spec, stats = _decode(bundle, "speculative", prior=ar[0], run_positions=PRIOR_RUN_POSITIONS["cuda"])
+    assert torch.equal(spec, ar)
     # the text blocks in one causal forward and the trajectory blocks in another, both accepted whole:
     # that verification is also their commit
     kinds = len({bool(layout.action[b.start]) for b in layout.blocks})
@@ -50,7 +58,7 @@ def test_a_prior_wrong_from_the_middle_of_a_run_gives_the_ar_plan(tiny_fast):
         prior = ar[0].clone()
         i = int(where) if layout.editable[int(where)] else int(editable[editable > where][0])
         prior[i] = int(next(t for t in np.flatnonzero(layout.allowed[i]) if t != int(ar[0, i])))
-        spec, stats = _decode(bundle, "speculative", prior=prior)
+        spec, stats = _decode(bundle, "speculative", prior=prior, run_positions=PRIOR_RUN_POSITIONS["cuda"])
         assert torch.equal(spec, ar), where
         kinds = len({bool(layout.action[b.start]) for b in layout.blocks})
         assert stats.forwards <= 1 + kinds + 3, stats.forwards_per_section
@@ -110,11 +118,13 @@ def test_a_deterministic_proposal_keeps_the_ar_distribution():
 def test_sampled_decoding_takes_the_prior_as_a_one_hot_proposal(tiny_fast):
     greedy, _ = _decode(tiny_fast, "ar")
     opt = DecodeOptions(temperature=1.0, rollouts=2, rollout_temperature=1.0, seed=3)
-    ids, stats = _decode(tiny_fast, "speculative", prior=greedy[0], options=opt, rows=2)
     layout = layout_for(tiny_fast, "speculative")
-    assert stats.prior_blocks == len(layout.blocks)
-    allowed = layout.allowed[np.arange(layout.length)[None], ids.numpy()]
-    assert allowed.all()  # every sampled token is one its position may take
+    for run_positions in (0, PRIOR_RUN_POSITIONS["cuda"]):
+        ids, stats = _decode(tiny_fast, "speculative", prior=greedy[0], options=opt, rows=2, run_positions=run_positions)
+        assert stats.prior_blocks == len(layout.blocks)
+        allowed = layout.allowed[np.arange(layout.length)[None], ids.numpy()]
+        assert allowed.all()  # every sampled token is one its position may take
+        assert ("prior run" in stats.forwards_per_section) == (run_positions > 0)
 
 
 def _arc_plan(radius: float, speed: float, stamp: float, times: np.ndarray) -> Plan:

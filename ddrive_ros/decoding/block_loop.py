@@ -227,7 +227,11 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     out = masks.template[None].clone()
     priors = _prior_windows(layout, prior, device) if prior is not None else {}
     stats.prior_blocks = len(priors)
-    runs = bool(priors) and bool(getattr(backend, "dynamic_windows", False)) and getattr(strategy, "uses_prior", False)
+    # how many positions one verification forward may span: a backend's own measure of when a longer
+    # forward stops being nearly free (GPU: a few hundred; CPU, where the cost grows with the positions: one block)
+    run_positions = int(getattr(backend, "prior_run_positions", 0))
+    runs = (bool(priors) and bool(getattr(backend, "dynamic_windows", False)) and getattr(strategy, "uses_prior", False)
+            and run_positions > 0)
     done_through = -1  # blocks up to this index were finished by a prior run
     pinned: torch.Tensor | None = None  # final positions of the block a prior run stopped in
     names = layout.schema.section_names
@@ -246,7 +250,7 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
         if block.index <= done_through:
             continue
         if runs and pinned is None and out.shape[0] == 1:
-            run = _prior_run(layout, priors, block)
+            run = _prior_run(layout, priors, block, run_positions)
             if len(run) > 1:  # one block: its own verification is the same forward
                 done_through, carry, pinned = _verify_prior_run(backend, layout, masks, out, run, priors, carry,
                                                                 temperature, gen, stats)
@@ -313,13 +317,16 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
     return carry
 
 
-def _prior_run(layout: Layout, priors: dict[int, torch.Tensor], first: Block) -> list[Block]:
-    """The consecutive blocks from `first` that all have a prior and run the same kind of step (an
-    action-expert block never shares a forward with a shared-FFN block)."""
+def _prior_run(layout: Layout, priors: dict[int, torch.Tensor], first: Block, max_positions: int) -> list[Block]:
+    """The consecutive blocks from `first` that all have a prior, run the same kind of step (an
+    action-expert block never shares a forward with a shared-FFN block) and span at most
+    `max_positions` together."""
     action = bool(layout.action[first.start])
-    run = []
+    run: list[Block] = []
     for block in layout.blocks[first.index:]:
         if block.index not in priors or bool(layout.action[block.start]) != action:
+            break
+        if run and block.end - first.start > max_positions:
             break
         run.append(block)
     return run

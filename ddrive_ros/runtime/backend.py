@@ -2,10 +2,19 @@
 
 A backend owns the model weights and a static KV cache with `max_rows` rows.
 Rows [0, n) are the live batch: 1 for the shared sections, N after a fork.
+
+Optional class facts the decode loop reads: `dynamic_windows` (see `step`) and
+`prior_run_positions`, how many positions one causal forward may span to verify
+a previous-plan draft over several blocks at once (decoding/block_loop.py, "Prior
+runs"): large where a longer forward is nearly free (a GPU), small on a CPU,
+whose forward cost grows with the positions; 0 or absent: block by block.
 """
 from __future__ import annotations
 
 from typing import Protocol
+
+# positions one prior-verification forward may span, by the device it runs on (see the module docstring)
+PRIOR_RUN_POSITIONS = {"cuda": 512, "cpu": 0}
 
 import torch
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.model.config import ModelConfig
+from ddrive_ros.runtime.backend import PRIOR_RUN_POSITIONS
 from ddrive_ros.observation import CAMERAS
 from ddrive_ros.runtime.onnx_export import LIVE_GRAPHS, live_graph_name, read_manifest
 from ddrive_ros.runtime.onnx_io_binding import run_bound
@@ -119,6 +120,7 @@ class OnnxBackend:
         # slicing is cheaper than torch's per-op dispatch (trajectory_only steps 6.7 against 7.2 ms per plan)
         self.device = torch.device("cuda" if self.providers[0] == "CUDAExecutionProvider" else "cpu")
         self.io_binding = self.device.type == "cuda" if io_binding is None else bool(io_binding)
+        self.prior_run_positions = PRIOR_RUN_POSITIONS.get(self.device.type, 0)
         io_binding = self.io_binding
         session_providers: list[Any] = list(self.providers)
         if io_binding and self.device.type == "cuda":

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.model.vla import DrivingVLA
+from ddrive_ros.runtime.backend import PRIOR_RUN_POSITIONS
 
 
 def images_to_input(images: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -44,6 +45,7 @@ class TorchBackend:
         counts vary; the first plan pays the compilation)."""
         self.model = model.to(device=device, dtype=dtype).eval()
         self.device = torch.device(device)
+        self.prior_run_positions = PRIOR_RUN_POSITIONS.get(self.device.type, 0)
         self.dtype = dtype
         self.cache = model.new_cache(max_rows, window, device=self.device, dtype=dtype)
         self.max_rows = max_rows
