@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 import torch
 
+from ddrive_ros.decoding import sampling
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode
 from ddrive_ros.decoding.strategies import make_strategy
 from ddrive_ros.runtime.factory import make_backend
@@ -119,6 +120,8 @@ def test_the_loop_reads_the_device_at_most_once_per_iteration(request, monkeypat
     options = DecodeOptions(temperature=temperature, rollouts=2, rollout_temperature=max(temperature, 0.5), seed=3)
     decode(backend, layout, prompt, make_strategy(decoder, **knobs), options)  # builds the per-schema masks once
     strategy = CountIterations(make_strategy(decoder, **knobs))
+    # count the path a GPU runs: on CPU tensors greedy choices go through numpy (no device to sync with)
+    monkeypatch.setattr(sampling, "NUMPY_ON_CPU", False)
     reads = HostReads(monkeypatch)
     ids, stats = decode(backend, layout, prompt, strategy, options)
     monkeypatch.undo()
@@ -128,3 +131,19 @@ def test_the_loop_reads_the_device_at_most_once_per_iteration(request, monkeypat
     if decoder == "ar":  # block size 1: tokens come from the carried logit, with no iteration and no read,
         # except where a section opens with scaffold (its first value needs one causal forward of its own)
         assert strategy.iterations <= len(layout.schema.sections)
+
+
+def test_greedy_choices_on_the_cpu_are_the_torch_argmax_ties_included():
+    """The numpy path CPU tensors take (no dispatch overhead) picks what the device path picks."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 16, 50, generator=g).round(decimals=1)  # rounding makes ties common
+    allowed = torch.rand(16, 50, generator=g) < 0.6
+    bias = sampling.allowed_bias(allowed)
+    fast = sampling.greedy_choice(logits, bias)
+    sampling.NUMPY_ON_CPU = False
+    try:
+        slow = sampling.greedy_choice(logits, bias)
+    finally:
+        sampling.NUMPY_ON_CPU = True
+    assert fast.dtype == slow.dtype == torch.int64
+    assert torch.equal(fast, slow)

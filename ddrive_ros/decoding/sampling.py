@@ -19,6 +19,10 @@ def constrained_probs(logits: torch.Tensor, allowed: torch.Tensor, temperature: 
     return torch.softmax(masked if t == 1.0 else masked / t, dim=-1)
 
 
+# greedy choices on CPU tensors in numpy (see greedy_choice); the torch path is what other devices run
+NUMPY_ON_CPU = True
+
+
 def greedy_choice(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """The most likely allowed token per position, (n, W), from the logits without a softmax: the softmax
     is monotonic, so its argmax is the logits' (one add and one argmax instead of an exp and a sum over
@@ -28,7 +32,7 @@ def greedy_choice(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     On the CPU the add and the argmax run in numpy: on a block's few thousand numbers torch's per-op
     dispatch costs several times the arithmetic (25 against 3.5 us for the argmax of 16 x 823
     logits). Both return the first maximal index, so the choice is the same."""
-    if logits.device.type == "cpu" and logits.dtype == torch.float32 and allowed.dtype == torch.float32:
+    if NUMPY_ON_CPU and logits.device.type == "cpu" and logits.dtype == torch.float32 and allowed.dtype == torch.float32:
         return torch.from_numpy(np.add(logits.numpy(), allowed.numpy()).argmax(-1))
     return greedy_scores(logits, allowed).argmax(-1)
 
