@@ -40,7 +40,9 @@ step (text sections run the shared FFN, the trajectory the action expert) is ver
 causal forward over the whole run (`_verify_prior_run`). The longest agreeing prefix is final, as
 in a block's verification; the blocks it covers are done with their causal K/V written, and the
 block where it stops continues from there (its final positions pinned, the prior as its first
-draft). On a steady stream most plans are then one forward per kind of section.
+draft). How many positions a run may span is the backend's `prior_run_positions`: long on a GPU,
+where a forward over a few hundred positions costs about what a block's does; 0 on a CPU, where
+the cost grows with the positions and block-by-block verification was measured as fast.
 """
 from __future__ import annotations
 
@@ -359,7 +361,7 @@ def _verify_prior_run(backend: Backend, layout: Layout, masks: LayoutTensors, ou
     final = decided | ~editable[None]  # template positions are final as they stand
     upto = int(rejected[0])  # the run's one host read: where the agreeing prefix ends (b - a: nowhere)
     out[:, a:b] = torch.where(decided, tokens, template)
-    stats.tokens_decided += int(editable[: min(upto + 1, b - a)].sum())
+    stats.tokens_decided += int(layout.editable[a:a + min(upto + 1, b - a)].sum())  # host layout: no read
     if upto >= b - a:  # every position agreed: the whole run is final and its K/V are in the cache
         return run[-1].index, logits[:, -1], None
     # position `upto` holds the verifier's token, but the cache's K/V there were computed from the
