@@ -96,7 +96,7 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
     real = [p for p in window if not p["fallback"]]
     plan_ms = [p["latency_ms"]["plan"] for p in real]
     decode_ms = [p["latency_ms"]["image_decode"] for p in real]
-    delta = {k: int(d1[k]) - int(d0[k]) for k in ("ticks", "plans", "skipped_ticks", "no_new_set", "catch_ups")}
+    delta = {k: int(d1[k]) - int(d0[k]) for k in ("ticks", "plans", "skipped_ticks", "no_new_set", "catch_ups", "late_sets")}
     sync_failed = sum(int(v) for k, v in d1.items() if k.startswith("sync_failed/"))
     plans_per_s = len(real) / (t1 - t0)
     allowed = min(float(rate), 1000.0 / statistics.median(plan_ms)) if plan_ms else None
@@ -105,7 +105,7 @@ def run_one(spec: str, seconds: float, threads: int, domain: int, tmp: Path) -> 
     return {
         "run": spec, "transport": transport, "checkpoint": checkpoint, "backend": backend, "rate_hz": float(rate), "camera": f"{w}x{h} {kind}",
         "seconds": round(t1 - t0, 1), "plans_per_s": round(plans_per_s, 2), "fallback_plans": len(window) - len(real),
-        "ticks": delta["ticks"], "skipped_ticks": delta["skipped_ticks"], "no_new_set": delta["no_new_set"], "catch_ups": delta["catch_ups"],
+        "ticks": delta["ticks"], "skipped_ticks": delta["skipped_ticks"], "no_new_set": delta["no_new_set"], "catch_ups": delta["catch_ups"], "late_sets": delta["late_sets"],
         "sync_failed_total": sync_failed,
         "plan_ms_p50": _pct(plan_ms, 50), "plan_ms_p90": _pct(plan_ms, 90),
         "total_ms_p50": _pct(total_ms, 50), "total_ms_p90": _pct(total_ms, 90),

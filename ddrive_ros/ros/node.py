@@ -148,6 +148,11 @@ class PlannerCore:
         self.sync_failures: Counter[str] = Counter()
         self.ticks = self.skipped_ticks = self.no_new_set = self.plans = self.fallback_plans = 0
         self.plan_errors = self.late_plans_dropped = self.fallback_expired = self.warming_up = self.catch_ups = 0
+        # a tick that found no new camera set waits for one: the next complete set is handed over as it
+        # arrives instead of at the next tick (a camera rate equal to the planning rate drifts into phase
+        # with the timer, and a set arriving just after a tick would be overtaken by the next one)
+        self._awaiting_set = False
+        self.late_sets = 0
         self.last_latency: dict[str, float] = {}
         self.obstacles: tuple[float, list[tuple[float, ...]]] | None = None  # newest stamp, ego-frame boxes
         self.unsafe_plans = self.reflect_edits = self.stale_obstacles = 0
@@ -333,6 +338,9 @@ class PlannerCore:
         self.stamps[key].tick(stamp, self._now())
         with self._lock:
             self.sync.add_image(camera, stamp, rgb)
+        if self._awaiting_set and not self._busy and self._active and self._hand_over(self._now(), catch_up=True):
+            self._awaiting_set = False
+            self.late_sets += 1
 
     def _on_odom(self, msg: Odometry) -> None:
         self.received["odometry"] += 1
@@ -391,6 +399,7 @@ class PlannerCore:
     def _on_tick(self) -> None:
         now, mono = self._now(), time.monotonic()
         self.ticks += 1
+        self._awaiting_set = False  # this tick looks for itself
         with self._lock:
             stale = self.sync.stale_inputs(now)
         self.watchdog.inputs_fresh(mono, not stale)
@@ -417,35 +426,37 @@ class PlannerCore:
             return
         self._hand_over(now, catch_up=False)
 
-    def _hand_over(self, now: float, catch_up: bool) -> None:
-        """Give the newest complete set to the worker (from a tick, or from the worker itself when it
-        finished after a skipped tick, so a slow plan runs back to back: min(rate, 1 / plan time))."""
+    def _hand_over(self, now: float, catch_up: bool) -> bool:
+        """Give the newest complete set to the worker (from a tick; from the worker itself when it
+        finished after a skipped tick, so a slow plan runs back to back: min(rate, 1 / plan time); or
+        from a camera callback after a tick that found no new set). True when a set was handed over."""
         with self._hand_lock:
             if self._busy:
-                return
+                return False
             with self._lock:
                 if catch_up and self.sync.stale_inputs(now):
-                    return  # the next tick reports it
+                    return False  # the next tick reports it
                 try:
                     obs = self.sync.build(now)
                 except SyncError as e:
                     if e.reason == "no_history" and self.last_plan is None:
                         self.warming_up += 1  # the first frame_history_s of frames: not a failure
-                        return
+                        return False
                     self.sync_failures[e.reason] += 1
                     self.watchdog.failed(f"no observation: {e.reason}")
                     self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
-                    return
+                    return False
             if obs.stamp == self._last_stamp:
                 if not catch_up:
-                    self.no_new_set += 1  # the newest complete set was planned already: nothing new to plan
-                return
+                    self.no_new_set += 1  # the newest complete set was planned already: wait for the next
+                    self._awaiting_set = True
+                return False
             self._last_stamp = obs.stamp
-            self.catch_ups += catch_up
             with self._cv:
                 self._busy = True
                 self._pending = (obs, time.perf_counter())
                 self._cv.notify()
+            return True
 
     # ------------------------------------------------------------------ worker
     def _work(self) -> None:
@@ -471,7 +482,7 @@ class PlannerCore:
                 self._busy = False
             if self._missed_tick and self._active:
                 self._missed_tick = False
-                self._hand_over(self._now(), catch_up=True)
+                self.catch_ups += self._hand_over(self._now(), catch_up=True)
 
     def _debug_delay(self, started: float) -> None:
         """TEST ONLY (debug_plan_delay_s): a planner that hangs; re-read so setting 0 ends the hang."""
@@ -609,7 +620,8 @@ class PlannerCore:
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
                                                       for k in row})) or "none",
                   "plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
-                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "fallback_plans": self.fallback_plans,
+                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "late_sets": self.late_sets,
+                  "fallback_plans": self.fallback_plans,
                   "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
                   "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,
                   "sync_failed_in_window": recent_sync, "late_plans_dropped": self.late_plans_dropped,

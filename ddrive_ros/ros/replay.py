@@ -295,7 +295,7 @@ def parse_outputs(recorded: list[tuple[str, str, int, bytes]]) -> dict[str, list
     return out
 
 
-COUNTERS = ("ticks", "plans", "skipped_ticks", "catch_ups", "no_new_set", "warming_up", "fallback_plans")
+COUNTERS = ("ticks", "plans", "skipped_ticks", "catch_ups", "no_new_set", "late_sets", "warming_up", "fallback_plans")
 
 
 def node_counters(diags: list[dict]) -> dict[str, int]:
