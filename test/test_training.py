@@ -239,3 +239,10 @@ def test_context_swap_gives_rows_another_rows_explanation_unsupervised_and_keeps
     with pytest.raises(ValueError, match="not sections"):
         swap_context(ids, labelled, layout, ["explanations"], 0.5, torch.Generator())
     assert TrainConfig.from_dict({"context_swap": 0.5}).context_swap_sections == ["explanation"]
+    # exclusive: rows that keep their own explanation supervise nothing after it
+    ex_ids, ex_lab, ex_rows = swap_context(ids, labelled, layout, ["explanation"], 0.5, torch.Generator().manual_seed(1),
+                                           exclusive=True)
+    assert torch.equal(ex_rows, rows) and torch.equal(ex_ids, new_ids)
+    after = torch.as_tensor(layout.section > layout.schema.section_names.index("explanation"))
+    assert not ex_lab[~rows][:, after].any() and torch.equal(ex_lab[rows], new_lab[rows])
+    assert torch.equal(ex_lab[~rows][:, ~after], labelled[~rows][:, ~after])

@@ -23,10 +23,12 @@ from ddrive_ros.scaffold.layout import Layout
 
 
 def swap_context(ids: torch.Tensor, labelled: torch.Tensor, layout: Layout, sections: Sequence[str], rate: float,
-                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 generator: torch.Generator, exclusive: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, L) ids and labels -> (ids, labelled, swapped rows (B,) bool). A row is swapped with
     probability `rate`; it takes the named sections from the row `B // 2` places on (a fixed shift, so
-    never from itself when B > 1)."""
+    never from itself when B > 1). `exclusive`: the rows that keep their own text supervise only the
+    sections up to and including the swapped ones, so the later sections (the trajectory) learn from
+    swapped rows alone and never see a text that agrees with them."""
     if not 0.0 <= rate <= 1.0:
         raise ValueError(f"context_swap must be a fraction in [0, 1], got {rate}")
     names = layout.schema.section_names
@@ -38,10 +40,15 @@ def swap_context(ids: torch.Tensor, labelled: torch.Tensor, layout: Layout, sect
     b = ids.shape[0]
     rows = torch.rand(b, generator=generator) < rate if b > 1 else torch.zeros(b, dtype=torch.bool)
     rows = rows.to(ids.device)
-    if not sections or not bool(rows.any()):
+    if not sections:
         return ids, labelled, rows
     index = torch.tensor([names.index(s) for s in sections])
-    in_sections = torch.isin(torch.as_tensor(layout.section), index).to(ids.device)  # (L,)
+    section = torch.as_tensor(layout.section)
+    in_sections = torch.isin(section, index).to(ids.device)  # (L,)
     where = rows[:, None] & in_sections[None]
     donor = ids.roll(b // 2, dims=0)
-    return torch.where(where, donor, ids), labelled & ~where, rows
+    labelled = labelled & ~where
+    if exclusive:  # unswapped rows: nothing after the swapped sections is supervised
+        after = (section > int(index.max())).to(ids.device)
+        labelled = labelled & ~(~rows[:, None] & after[None])
+    return torch.where(where, donor, ids), labelled, rows

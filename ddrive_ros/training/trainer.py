@@ -66,6 +66,7 @@ class TrainConfig:
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
     context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
     context_swap_sections: list[str] = field(default_factory=lambda: ["explanation"])
+    context_swap_exclusive: bool = False  # later sections learn only in swapped rows (context_swap.py)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -232,7 +233,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         images, ego, nav, ids, labelled = (t.to(device) for t in data.batch(idx))
         if cfg.context_swap > 0:
             ids, labelled, _ = swap_context(ids, labelled, losses[bs].layout, cfg.context_swap_sections,
-                                            cfg.context_swap, gen)
+                                            cfg.context_swap, gen, cfg.context_swap_exclusive)
         if augment is not None:
             images = augment(images, gen)
         prompt = batch_prompts(model, images, ego, nav, bundle.tokenizer.bos_id)
