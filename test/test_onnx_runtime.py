@@ -384,6 +384,11 @@ def test_factory_reuses_a_matching_export_and_redoes_a_stale_one(fast, tmp_path)
     stamp = (out / "prefill.onnx").stat().st_mtime_ns
     make_backend("onnx", fast.model, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
     assert (out / "prefill.onnx").stat().st_mtime_ns == stamp  # reused
+    manifest = json.loads((out / "manifest.json").read_text())  # an export an older exporter wrote
+    (out / "manifest.json").write_text(json.dumps({**manifest, "export_format": manifest["export_format"] - 1}))
+    make_backend("onnx", fast.model, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
+    assert (out / "prefill.onnx").stat().st_mtime_ns != stamp
+    stamp = (out / "prefill.onnx").stat().st_mtime_ns
     other = DrivingVLA(fast.model.cfg).eval()  # same config, other weights
     make_backend("onnx", other, fast.main.window, max_rows=1, onnx_dir=out, threads=1)
     assert (out / "prefill.onnx").stat().st_mtime_ns != stamp

@@ -15,6 +15,8 @@ the K/V heads are never copied per query head.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -48,23 +50,29 @@ def attend_live(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return F.scaled_dot_product_attention(q, k, v, attn_mask=pattern, enable_gqa=gqa)
 
 
-def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def attend_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                  heads: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Explicit-mask attention for training, the uncached reference and traced (ONNX) graphs.
 
     GQA without copies by folding the query heads of each K/V group into the query length:
     (B, H, W, D) -> (B, H_kv, rep * W, D), with the (.., W, S) mask tiled over the group. Plain
     SDPA ops, so the legacy ONNX exporter (which has no enable_gqa) traces it.
+
+    `heads`: (heads, kv_heads, head_dim) as the config's Python ints. A traced graph then computes no
+    shapes from tensors for them (nor SDPA's scale from the head size): 404 -> 295 nodes per live step
+    graph after ONNX Runtime's optimiser. The arithmetic is the same: SDPA's default scale is 1 / sqrt(D).
     """
-    b, h, w, d = q.shape
-    kv = k.shape[1]
+    h, kv, d = heads if heads is not None else (q.shape[1], k.shape[1], q.shape[-1])
     rep = h // kv
+    scale = 1.0 / math.sqrt(d)
     if rep == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    grouped = q.reshape(b, kv, rep * w, d)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    b = q.shape[0]
+    grouped = q.reshape(b, kv, -1, d)
     if mask is None:  # every key visible (a draft over the live keys)
         pass
     elif mask.dim() == 4:  # (B|1, 1, W, S): the head axis is broadcast, the group axis tiles queries
         mask = mask.repeat(1, 1, rep, 1)
     else:
         mask = mask.repeat(rep, 1)
-    return F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask).reshape(b, h, w, d)
+    return F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask, scale=scale).reshape(b, h, -1, d)

@@ -36,18 +36,22 @@ class Attention(nn.Module):
         self.o = nn.Linear(cfg.heads * cfg.head_dim, cfg.dim, bias=False)
 
     def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        b, t, _ = x.shape
-        q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k, v = self.kv(x).view(b, t, 2, self.kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        # shapes from the config's ints, not the tensors': a traced graph then computes none of them
+        q = self.q(x).unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
+        k, v = self.kv(x).unflatten(-1, (2, self.kv_heads, self.head_dim)).permute(2, 0, 3, 1, 4)
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(heads, kv_heads, head_dim) for `attend_masked`."""
+        return self.heads, self.kv_heads, self.head_dim
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Explicit-mask attention (training, reference, traced graphs)."""
-        return self.out(attend_masked(q, k, v, mask))
+        return self.out(attend_masked(q, k, v, mask, self.shape))
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
-        b, h, t, d = attn.shape
-        return self.o(attn.transpose(1, 2).reshape(b, t, h * d))
+        return self.o(attn.transpose(1, 2).flatten(2))
 
 
 class Layer(nn.Module):

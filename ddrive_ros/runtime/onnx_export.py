@@ -54,6 +54,10 @@ from ddrive_ros.runtime.onnx_weights import SHARED_WEIGHTS, share_weights
 log = logging.getLogger(__name__)
 
 OPSET = 17
+# what the graphs are, beyond the model's config and weights: raised when the exporter writes different
+# graphs (2: views/assemble; 3: live graphs without shape arithmetic for the heads), so a cached export
+# made by an older exporter is written again instead of served
+EXPORT_FORMAT = 3
 MAX_IR_VERSION = 10  # TensorRT 10's parser reads up to IR 10
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 EGO_FEATURES = 3 + 2 * PAST_STEPS
@@ -205,7 +209,7 @@ class LiveStepGraph(nn.Module):
             q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
             keys = torch.cat([k_prefix[i].to(k.dtype), k], dim=2)
             values = torch.cat([v_prefix[i].to(v.dtype), v], dim=2)
-            x = x + layer.attn.out(attend_masked(q, keys, values, mask))
+            x = x + layer.attn.out(attend_masked(q, keys, values, mask, layer.attn.shape))
             x = layer.feed_forward(x, self.action)
             ks.append(k)
             vs.append(v)
@@ -415,6 +419,7 @@ def export_checkpoint(model: DrivingVLA, windows: Sequence[int], out_dir: str | 
         g["data_file"] = SHARED_WEIGHTS
         g["sha256"] = graph_sha256(out / g["file"], shared["sha256"])
     manifest = {
+        "export_format": EXPORT_FORMAT,
         "opset": opset,
         "ir_version": max(g["ir_version"] for g in graphs.values()),
         "windows": sorted(set(int(w) for w in windows)),
@@ -439,6 +444,8 @@ def manifest_covers(manifest: dict[str, Any] | None, model: DrivingVLA, windows:
                     rows: Sequence[int], fingerprint: str | None = None) -> bool:
     """True when an existing export holds every graph needed, for this config and these weights."""
     if manifest is None or manifest.get("model_config") != model.cfg.to_dict():
+        return False
+    if manifest.get("export_format") != EXPORT_FORMAT:
         return False
     if fingerprint is not None and manifest.get("weights_sha256") != fingerprint:
         return False
