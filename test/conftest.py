@@ -1,6 +1,7 @@
 """Shared fixtures: small random-weight models built once per session."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -31,3 +32,26 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def node_with_feed(tmp, domain: int, node_params: dict, **feed_options):
+    """A planner node and a sensor feed, each its own process on `domain`, and a Listener here that has
+    seen two real plans; yields (listener, node); stops all three and checks the node exits cleanly."""
+    from ddrive_ros.ros import interface as I
+    from ddrive_ros.ros.listener import Listener, start_feed
+    from ddrive_ros.ros.node_process import NodeProcess
+
+    node = NodeProcess(node_params, domain, tmp / "node.log", remaps=I.bag_remaps(False))
+    feed = start_feed(domain, tmp / "feed.log", **feed_options)
+    listener = Listener(domain)
+    try:
+        listener.wait_for(lambda: len([p for _, p in listener.plans if not p["fallback"]]) >= 2, 150,
+                          "two plans from the node")
+        yield listener, node
+    finally:
+        listener.close()
+        feed.terminate()
+        feed.wait(10)
+        code = node.stop()
+        assert code == 0, node.tail()

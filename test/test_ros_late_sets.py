@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from ddrive_ros.ros import interface as I
-from ddrive_ros.ros.listener import Listener, start_feed
-from ddrive_ros.ros.node_process import NodeProcess
+from conftest import node_with_feed
 
 DOMAIN = os.getpid() % 200 + 20 + 40
 NODE = {"checkpoint": "random:tiny:trajectory_only", "decoder": "diffusion", "steps": 2, "num_threads": 1,
@@ -20,12 +18,7 @@ NODE = {"checkpoint": "random:tiny:trajectory_only", "decoder": "diffusion", "st
 
 
 def test_a_set_arriving_between_ticks_is_planned_on_arrival(tmp_path):
-    node = NodeProcess(NODE, DOMAIN, tmp_path / "node.log", remaps=I.bag_remaps(False))
-    feed = start_feed(DOMAIN, tmp_path / "feed.log", camera_hz=4, odom_hz=50, side_delay_max=0.0, duration=300)
-    listener = Listener(DOMAIN)
-    try:
-        listener.wait_for(lambda: len([p for _, p in listener.plans if not p["fallback"]]) >= 2, 150,
-                          "two plans from the node")
+    with node_with_feed(tmp_path, DOMAIN, NODE, camera_hz=4, odom_hz=50, side_delay_max=0.0, duration=300) as (listener, _):
         _, _, v0 = listener.planning()
         time.sleep(6.0)
         _, _, v1 = listener.planning()
@@ -38,9 +31,3 @@ def test_a_set_arriving_between_ticks_is_planned_on_arrival(tmp_path):
         assert 0.7 * 4 * 6 <= d["plans"] <= 1.3 * 4 * 6, d
         stamps = [p["input_stamp"] for _, p in listener.plans if not p["fallback"]]
         assert len(set(stamps)) == len(stamps)
-    finally:
-        listener.close()
-        feed.terminate()
-        feed.wait(10)
-        code = node.stop()
-        assert code == 0, node.tail()

@@ -12,9 +12,8 @@ import time
 
 import pytest
 
-from ddrive_ros.ros import interface as I
-from ddrive_ros.ros.node_process import NodeProcess
-from ddrive_ros.ros.listener import Listener, start_feed
+from ddrive_ros.ros.listener import Listener
+from conftest import node_with_feed
 
 DOMAIN = os.getpid() % 200 + 20 + 10
 PERIOD = 0.5
@@ -25,21 +24,10 @@ NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps"
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("live")
-    node = NodeProcess(NODE, DOMAIN, tmp / "node.log", remaps=I.bag_remaps(False))
     # side cameras published (and stamped) up to 40 ms after the front
-    feed = start_feed(DOMAIN, tmp / "feed.log", camera_hz=10, odom_hz=50, side_delay_max=0.04, duration=600)
-    listener = Listener(DOMAIN)
-    try:
-        listener.wait_for(lambda: len([p for _, p in listener.plans if not p["fallback"]]) >= 2, 150,
-                          "two plans from the live node")
+    with node_with_feed(tmp_path_factory.mktemp("live"), DOMAIN, NODE, camera_hz=10, odom_hz=50, side_delay_max=0.04,
+                        duration=600) as (listener, node):
         yield listener, node
-    finally:
-        listener.close()
-        feed.terminate()
-        feed.wait(10)
-        code = node.stop()
-        assert code == 0, node.tail()
 
 
 def _counts(listener: Listener) -> dict[str, int]:
