@@ -192,3 +192,20 @@ def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future
         assert s.future_xy[-1, 0] > s.future_xy[0, 0] >= 0.0 and abs(s.future_xy[0, 1]) < 1.0
     with pytest.raises(ValueError, match="needs"):
         load_samples([{"source": "dagger", "checkpoint": "trajectory_only_tiny"}])
+
+
+def test_closed_loop_speculative_drives_exactly_as_ar_with_fewer_forwards(tmp_path):
+    """On a stream each plan drafts from the previous one: the same drive as AR (greedy plans are AR's),
+    and the rows say how many backbone forwards each plan cost."""
+    from ddrive_ros.cli import main
+
+    out = tmp_path / "sim.json"
+    rc = main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
+               "--methods", "ar,speculative", "--latency-ms", "200", "--json", str(out), "--no-progress"])
+    assert rc == 0
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]}
+    for k in ("pdms", "nc", "dac", "ep", "ttc", "comfort", "mean_speed_mps"):
+        assert rows["speculative"][k] == rows["ar"][k], k
+    assert rows["ar"]["forwards_per_plan"] == 18.0  # prefill + 16 waypoint tokens + commit
+    assert rows["speculative"]["forwards_per_plan"] < 12.0  # at least 1.5x fewer than AR
+    assert rows["expert"]["forwards_per_plan"] is None

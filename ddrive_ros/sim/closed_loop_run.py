@@ -58,6 +58,7 @@ class PlanRecord:
     rollouts_world: list[np.ndarray]
     compute_s: float
     meta: str = ""
+    forwards: int | None = None  # backbone forwards the learned planner spent (None: no decoder, or over DDS)
 
 
 @dataclass
@@ -141,7 +142,7 @@ def run_episode(seed: int, method: str, factory: DriverFactory | None, opts: Loo
             wp = WorldPlan.from_ego_trajectory(plan.trajectory, t, pose, float(world.ego_v[k]))
             pending.append((k + lag, wp))
             run.plans.append(PlanRecord(k, k + lag, wp, [_to_world(r, pose) for r in plan.rollouts], compute_s,
-                                        _meta(plan)))
+                                        _meta(plan), plan.stats.forwards if plan.stats is not None else None))
             free_at = k + max(lag, 1)
         while pending and pending[0][0] <= k:
             active = pending.pop(0)[1]
@@ -180,6 +181,9 @@ class MethodResult:
         r["plan_ms_p50"] = float(np.percentile([p.compute_s for p in plans], 50) * 1e3) if plans else None
         r["plan_ms_p90"] = float(np.percentile([p.compute_s for p in plans], 90) * 1e3) if plans else None
         r["latency_ms"] = float(np.mean([(p.k_apply - p.k_obs) * SIM_DT for p in plans]) * 1e3) if plans else None
+        # on a stream each plan after the first drafts from the previous one (PlannerOptions.draft_previous)
+        forwards = [p.forwards for p in plans if p.forwards is not None]
+        r["forwards_per_plan"] = float(np.mean(forwards)) if forwards else None
         return r
 
 
@@ -207,7 +211,7 @@ def run_methods(factories: dict[str, DriverFactory | None], seeds: list[int], op
 
 COLUMNS = ["method", "pdms", "nc", "dac", "ep", "ttc", "comfort", "red_light_per_km", "stop_sign_per_km",
            "route_compliance", "collisions_per_km", "at_fault_collisions_per_km", "mean_speed_mps", "episodes",
-           "plan_ms_p50", "plan_ms_p90", "latency_ms"]
+           "plan_ms_p50", "plan_ms_p90", "latency_ms", "forwards_per_plan"]
 
 
 def markdown(rows: list[dict]) -> str:
