@@ -209,3 +209,11 @@ def test_closed_loop_speculative_drives_exactly_as_ar_with_fewer_forwards(tmp_pa
     assert rows["ar"]["forwards_per_plan"] == 18.0  # prefill + 16 waypoint tokens + commit
     assert rows["speculative"]["forwards_per_plan"] < 12.0  # at least 1.5x fewer than AR
     assert rows["expert"]["forwards_per_plan"] is None
+    # every plan drafted cold: the same drive again, other forwards (the previous-plan draft is off)
+    cold = tmp_path / "cold.json"
+    assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
+                 "--methods", "speculative", "--latency-ms", "200", "--no-draft-previous", "--json", str(cold),
+                 "--no-progress"]) == 0
+    cold_row = next(r for r in json.loads(cold.read_text())["rows"] if r["method"] == "speculative")
+    assert cold_row["pdms"] == rows["ar"]["pdms"] and cold_row["ep"] == rows["ar"]["ep"]
+    assert cold_row["forwards_per_plan"] != rows["speculative"]["forwards_per_plan"]

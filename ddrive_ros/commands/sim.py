@@ -61,6 +61,8 @@ def register(sub) -> None:
     p.add_argument("--num-threads", type=int, default=1,
                    help="torch CPU threads of the in-process planners (1: no spinning pools fighting over shared cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-draft-previous", action="store_true",
+                   help="speculative rows draft every plan cold, not from the previous plan (the forwards it saves)")
     p.add_argument("--breakdown", default=None, metavar="SAVED_JSON",
                    help="drive nothing: print a saved run's episodes by situation (scenario kind, navigation command)")
     p.add_argument("--plot", default=None, metavar="PNG", help="with --breakdown: also draw PDMS by scenario kind here")
@@ -176,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
         # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
         node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
+            if args.ros and args.no_draft_previous:
+                raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and reflect == "oracle":
                 raise ValueError("the oracle row needs the world's true road users: drive it in-process")
             if args.ros and reflect in ("safety", "both"):
@@ -193,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 oracle = reflect == "oracle"
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n,
-                                                         reflect="off" if oracle else reflect))
+                                                         reflect="off" if oracle else reflect,
+                                                         draft_previous=not args.no_draft_previous))
                 warm_up(planner)
                 context_of = None
                 if reflect in ("safety", "both"):
