@@ -72,6 +72,9 @@ class ScaffoldSpeculative:
     redraft: str = "action"
     name: str = "speculative"
     uses_prior = True  # not a field: a class fact the planner reads
+    # not a field: an instance may set it to see every greedy verification,
+    # recorder(ctx, drafted, span, ar_tokens, decided) (bench/speculative_trace.py)
+    recorder = None
 
     def __post_init__(self) -> None:
         if self.redraft not in ("diffusion", "causal", "action"):
@@ -81,7 +84,8 @@ class ScaffoldSpeculative:
         ctx.next_draft = ctx.prior_draft()
 
     def step(self, ctx: BlockContext) -> None:
-        if ctx.next_draft is None:
+        drafted = ctx.next_draft is None  # this iteration's draft is the diffusion stream's
+        if drafted:
             draft, draft_probs = ctx.choose_tokens(ctx.forward(bidirectional=True))
         else:
             # a draft is verified once: after it the block's open positions are redrafted as the
@@ -97,6 +101,8 @@ class ScaffoldSpeculative:
             ar_tokens = greedy_choice(logits, ctx.bias)
             tokens, decided, _ = verify_greedy(ctx.x, ar_tokens, span)
             next_draft = (ar_tokens, None)
+            if self.recorder is not None:
+                self.recorder(ctx, drafted, span, ar_tokens, decided)
         else:
             ar = ctx.probs(logits)
             tokens, decided, _ = verify(ctx.x, draft_probs, ar, span, False, ctx.generator)
