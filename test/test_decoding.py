@@ -284,13 +284,12 @@ def test_a_speculative_recorder_sees_every_greedy_verification(tiny_traj):
     """bench/speculative_trace.py reads the shipped decoder through `recorder`: one call per verification,
     whose accepted tokens add up to every editable token a verification decides, and nothing else changes."""
     layout = layout_for(tiny_traj, "speculative")
-    plain = decode(TorchBackend(tiny_traj.model, layout.window), layout,
-                   TorchBackend(tiny_traj.model, layout.window).prompt(*inputs(tiny_traj)), make_strategy("speculative"))
+    backend = TorchBackend(tiny_traj.model, layout.window)
+    plain = decode(backend, layout, backend.prompt(*inputs(tiny_traj)), make_strategy("speculative"))
     calls = []
     strategy = make_strategy("speculative")
     strategy.recorder = lambda ctx, drafted, span, ar_tokens, decided: calls.append(
         (drafted, int((decided & span).sum()), int(span.sum())))
-    backend = TorchBackend(tiny_traj.model, layout.window)
     ids, stats = decode(backend, layout, backend.prompt(*inputs(tiny_traj)), strategy)
     assert torch.equal(ids, plain[0]) and stats.forwards == plain[1].forwards
     assert calls and calls[0][0] and not any(d for d, _, _ in calls[1:])  # the diffusion draft comes first only
