@@ -18,8 +18,8 @@ from conftest import node_with_feed
 DOMAIN = os.getpid() % 200 + 20 + 10
 PERIOD = 0.5
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
-        "planning_rate_hz": int(1 / PERIOD), "plan_timeout_s": 0.6,  # an int for a double, on the command line "diagnostics_rate_hz": 4.0,
-        "sync_tolerance_s": 0.05}
+        "planning_rate_hz": int(1 / PERIOD),  # an int for a double, on the command line
+        "plan_timeout_s": 0.6, "diagnostics_rate_hz": 4.0, "sync_tolerance_s": 0.05}
 
 
 @pytest.fixture(scope="module")

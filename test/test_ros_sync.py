@@ -90,6 +90,26 @@ def test_no_history_at_startup():
     assert e.value.reason == "no_history"
 
 
+def test_side_frames_in_flight_are_waited_for_not_failed():
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5))
+    # start-up: the first front frame with a history frame (0.5 s) is in; its side frames are not yet
+    _fill(sync, 0.5, skip={"left_front": (0.45, 9.0), "right_front": (0.45, 9.0)})
+    with pytest.raises(SyncError) as e:
+        sync.build(now=0.52)
+    assert e.value.reason == "no_history", e.value  # still warming up, not a sync failure
+    # running: the newest set is in flight, the one before it is planned
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5))
+    _fill(sync, 2.0, skip={"left_front": (1.95, 9.0)})
+    assert sync.build(now=2.02).stamp == pytest.approx(1.9)
+    # a side camera that has moved past the anchor without a frame for it: a real miss
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5))
+    _fill(sync, 2.0, skip={"left_front": (0.45, 1.95)})
+    sync.add_image("left_front", 2.06, _img(0))
+    with pytest.raises(SyncError) as e:
+        sync.build(now=2.07)
+    assert e.value.reason == "no_match" and "left_front" in str(e.value), e.value
+
+
 def test_odometry_history_accel_turn_and_nan_dropped():
     hist = OdomHistory(horizon_s=3.0)
     # accelerating at 2 m/s^2 from 5 m/s, heading +90 deg (driving along +y)

@@ -240,13 +240,23 @@ class Synchronizer:
         """The observation anchored at the newest front frame that has a complete set (both frames,
         every camera within tolerance), searching back through the front buffer the way
         message_filters' ApproximateTime takes the newest complete set; else SyncError naming why
-        the newest anchor failed."""
+        the newest anchor failed that is not still waiting for a side frame (at start-up that is
+        no_history, however the newest front frame's side frames are timed)."""
         stale = self.stale_inputs(now)
         if stale:
             raise SyncError("stale_input", ", ".join(stale))
         stamps = {name: np.array([f.stamp for f in buf.frames]) for name, buf in self.cameras.items()}
+        tol = self.config.tolerance_s
         first_error: RecipeError | None = None
+        pending: str | None = None
         for t0 in stamps[ANCHOR][::-1]:
+            # a side camera that has sent nothing stamped at or past t0 + tolerance may still send this anchor's
+            # frame (side frames arrive after the front one): the anchor is in flight, not failed
+            waiting = [cam for cam in CAMERAS if cam != ANCHOR and len(stamps[cam])
+                       and stamps[cam][-1] < t0 + tol and not np.any(np.abs(stamps[cam] - t0) <= tol)]
+            if waiting:
+                pending = pending or f"{ANCHOR} frame {t0:.3f} waits for {', '.join(waiting)}"
+                continue
             try:
                 matched = match_frames(stamps, float(t0), self.config.tolerance_s, self.config.history_s)
             except RecipeError as e:
@@ -261,9 +271,11 @@ class Synchronizer:
                                 meta={"history_stamp": matched[0][CAMERAS.index(ANCHOR)], "odom_pose": (x, y, yaw)})
             except RecipeError as e:
                 raise SyncError(e.reason, e.detail) from e
-        if first_error is None:
-            raise SyncError("no_match", f"no {ANCHOR} frame buffered")
-        raise SyncError(first_error.reason, first_error.detail)
+        if first_error is not None:  # the newest anchor that is not in flight says why
+            raise SyncError(first_error.reason, first_error.detail)
+        if pending is not None:
+            raise SyncError("no_match", pending)
+        raise SyncError("no_match", f"no {ANCHOR} frame buffered")
 
 
 def comfortable_stop(trajectory: np.ndarray, decel: float = 2.0, v0: float | None = None) -> np.ndarray:
