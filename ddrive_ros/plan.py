@@ -24,7 +24,10 @@ class DecodeStats:
     tokens_processed: int = 0  # positions run through the backbone, summed over forwards and batch rows
     tokens_decided: int = 0  # editable positions decided
     forwards_per_section: dict[str, int] = field(default_factory=dict)
-    prior_blocks: int = 0  # blocks whose first draft came from outside the model (the previous plan)
+    tree_forwards: int = 0  # forwards that verified candidate rows (decoding/tree.py)
+    tree_rows: int = 0  # rows over those forwards
+    prior_blocks: int = 0  # blocks whose first draft came from outside the model (the previous plan, the ego state)
+    prior: str = ""  # where that draft came from: "previous" (plan), "kinematic" (ego state), "" (none)
     wall_ms: float = 0.0
     stage_ms: dict[str, float] = field(default_factory=dict)
     # reflection (AutoEdit / safety): mode, tokens rewritten, forwards, violations before and after

@@ -14,6 +14,7 @@ from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode
 from ddrive_ros.decoding.reflect import make_reflector
 from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
+from ddrive_ros.kinematic_draft import kinematic_ids
 from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
 from ddrive_ros.planner_options import PlannerOptions
@@ -44,7 +45,7 @@ class Planner:
         from ddrive_ros.runtime.factory import make_backend
 
         dtype = getattr(torch, opt.dtype)
-        self.backend = make_backend(opt.backend, bundle.model, window=self.layout.window, max_rows=max(1, opt.rollouts),
+        self.backend = make_backend(opt.backend, bundle.model, window=self.layout.window, max_rows=max(1, opt.rollouts, getattr(self.strategy, "tree", 1)),
                                     device=opt.device, dtype=dtype, **opt.backend_options)
         if hasattr(self.backend, "warmup"):
             # capture every step shape a plan uses now, so the first real plan pays no capture
@@ -55,6 +56,7 @@ class Planner:
         self._plans = 0
         self._previous: tuple[Plan, np.ndarray] | None = None  # the last plan and its ids: the next one's draft
         self._uses_prior = opt.draft_previous and getattr(self.strategy, "uses_prior", False)
+        self._uses_kinematic = opt.draft_kinematic and getattr(self.strategy, "uses_prior", False)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path | None = None, backend: str = "torch", decoder: str = "speculative",
@@ -113,14 +115,17 @@ class Planner:
             if opt.reflect in ("safety", "both") and context is None:
                 context = SafetyContext(v0=float(obs.speed))
             reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds))
-        prior = None
+        draft, source = None, ""
         if self._uses_prior and self._previous is not None:
-            carried = prior_ids(self.codec, *self._previous, obs.stamp)
-            prior = torch.from_numpy(carried) if carried is not None else None
+            draft, source = prior_ids(self.codec, *self._previous, obs.stamp), "previous"
+        if draft is None and self._uses_kinematic:
+            draft, source = kinematic_ids(self.codec, obs), "kinematic"
+        prior = torch.from_numpy(draft) if draft is not None else None
         ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
                             DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans),
                             reflect=reflector, prior=prior)
         t3 = time.perf_counter()
+        stats.prior = source if prior is not None else ""
         self._plans += 1
         ids = ids.cpu().numpy()
         plan = self._postprocess(ids, obs)

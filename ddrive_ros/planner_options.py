@@ -27,3 +27,6 @@ class PlannerOptions:
     # speculative decoding drafts each block from the previous plan carried forward to the new stamp
     # (ddrive_ros/previous_plan.py): fewer forwards on a stream, the same greedy plan
     draft_previous: bool = True
+    # without a previous plan to draft from (a stream's first plan, a gap, an open-loop sample) the trajectory is
+    # drafted from the ego state (ddrive_ros/kinematic_draft.py): fewer forwards, the same greedy plan
+    draft_kinematic: bool = True

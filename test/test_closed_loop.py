@@ -207,15 +207,17 @@ def test_closed_loop_speculative_drives_exactly_as_ar_with_fewer_forwards(tmp_pa
     # the same tokens; the float work after them (interpolation, control) may differ in the last bits
     for k in ("pdms", "nc", "dac", "ep", "ttc", "comfort", "mean_speed_mps"):
         assert rows["speculative"][k] == pytest.approx(rows["ar"][k], rel=1e-9, abs=1e-12), k
-    assert rows["ar"]["forwards_per_plan"] == 18.0  # prefill + 16 waypoint tokens + commit
+    assert rows["ar"]["forwards_per_plan"] == 17.0  # prefill + 16 waypoint tokens (the last one needs no commit)
     assert rows["speculative"]["forwards_per_plan"] < 12.0  # at least 1.5x fewer than AR
     assert rows["expert"]["forwards_per_plan"] is None
-    # every plan drafted cold: the same drive again, other forwards (the previous-plan draft is off)
+    # every plan drafted cold (from the ego state) and verified over 8 candidate rows: the same drive again,
+    # other forwards
     cold = tmp_path / "cold.json"
     assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
-                 "--methods", "speculative", "--latency-ms", "200", "--no-draft-previous", "--json", str(cold),
-                 "--no-progress"]) == 0
+                 "--methods", "speculative", "--latency-ms", "200", "--no-draft-previous", "--tree-rows", "8",
+                 "--json", str(cold), "--no-progress"]) == 0
     cold_row = next(r for r in json.loads(cold.read_text())["rows"] if r["method"] == "speculative")
     assert cold_row["pdms"] == pytest.approx(rows["ar"]["pdms"], rel=1e-9, abs=1e-12)
     assert cold_row["ep"] == pytest.approx(rows["ar"]["ep"], rel=1e-9, abs=1e-12)
     assert cold_row["forwards_per_plan"] != rows["speculative"]["forwards_per_plan"]
+    assert cold_row["forwards_per_plan"] < 0.5 * rows["ar"]["forwards_per_plan"]

@@ -296,3 +296,51 @@ def test_a_speculative_recorder_sees_every_greedy_verification(tiny_traj):
     assert all(1 <= accepted <= span for _, accepted, span in calls)
     # the first editable position of trajectory_only's block is not the block's first, so verifications decide all
     assert sum(a for _, a, _ in calls) == int(layout.editable.sum())
+
+
+def test_tree_verification_equals_ar_greedy_token_for_token(tiny_fast):
+    """Several candidate rows per verification (decoding/tree.py): the kept row's tokens are AR's, with or
+    without a draft from outside the model; a schema without bin tokens never branches. The shipped
+    trajectory_only model: a random one accepts its whole draft at once and never branches."""
+    from ddrive_ros.checkpoint import load
+
+    tiny_traj = load("trajectory_only_tiny")
+    ar, _, _ = run(tiny_traj, TorchBackend, "ar", {})
+    plain, plain_stats, _ = run(tiny_traj, TorchBackend, "speculative", {})
+    for rows in (2, 8):
+        spec, stats, _ = run(tiny_traj, TorchBackend, "speculative", {"tree": rows}, rows=rows)
+        assert torch.equal(ar, spec), rows
+        assert stats.tree_forwards > 0 and stats.tree_rows == rows * stats.tree_forwards  # the tree ran, `rows` rows each time
+        assert stats.tokens_decided == plain_stats.tokens_decided
+    # with a prior (here: the AR plan shifted by a few bins on every waypoint) the first verification branches too
+    layout = layout_for(tiny_traj, "speculative")
+    prior = ar[0].clone()
+    bins = torch.as_tensor(layout.editable)
+    prior[bins] = (prior[bins] + 3).clamp(max=int(prior[bins].max()))
+    backend = TorchBackend(tiny_traj.model, layout.window, max_rows=8)
+    ids, stats = decode(backend, layout, backend.prompt(*inputs(tiny_traj)), make_strategy("speculative", tree=8),
+                        prior=prior)
+    assert torch.equal(ids, ar) and stats.prior_blocks == 1 and stats.tree_rows > 0
+    # the full schema spells numbers in digits: nothing to branch on, the same forwards as without the tree
+    fast_plain, fast_stats, _ = run(tiny_fast, TorchBackend, "speculative", {})
+    fast_tree, fast_tree_stats, _ = run(tiny_fast, TorchBackend, "speculative", {"tree": 8}, rows=8)
+    assert torch.equal(fast_plain, fast_tree) and fast_tree_stats.forwards == fast_stats.forwards
+    assert fast_tree_stats.tree_rows == 0
+    for bad in (0, 1.5, -2):
+        with pytest.raises(ValueError, match="tree"):
+            make_strategy("speculative", tree=bad)
+
+
+def test_the_last_block_skips_its_commit_unless_reflection_reads_the_cache(tiny_traj):
+    """Nothing reads the cache after the plan's last block: AR costs the prefill and one forward per
+    token (trajectory_only's first token follows scaffold, so it takes a forward of its own, and the
+    last token's commit is skipped); with reflection the last block is committed as before."""
+    layout = layout_for(tiny_traj, "ar")
+    _, stats, _ = run(tiny_traj, TorchBackend, "ar", {})
+    assert stats.forwards == 1 + layout.editable_count()
+    from ddrive_ros.decoding.reflect import AutoEdit
+
+    backend = TorchBackend(tiny_traj.model, layout.window)
+    prompt = backend.prompt(*inputs(tiny_traj))
+    _, edited = decode(backend, layout, prompt, make_strategy("ar"), reflect=AutoEdit())
+    assert edited.forwards - edited.reflect["forwards"] == stats.forwards + 1  # the commit reflection reads

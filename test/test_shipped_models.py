@@ -47,12 +47,31 @@ def test_speculative_gives_the_ar_plan_with_at_least_3x_fewer_forwards(name, hel
     assert ratio >= (2.0 if name.startswith("trajectory_only") else 3.0), (np.mean(fwd_ar), np.mean(fwd_spec))
 
 
+def test_tree_verification_and_the_kinematic_draft_keep_the_ar_plan_with_fewer_forwards(held_out):
+    """trajectory_only: the ego-state draft replaces the cold plan's diffusion draft, and candidate rows
+    confirm about two waypoints per verification (decoding/tree.py): the AR plan, token for token."""
+    bundle = ckpt.load("trajectory_only_tiny")
+    runs = {"ar": PlannerOptions(decoder="ar"), "diffusion draft": PlannerOptions(draft_kinematic=False),
+            "kinematic draft": PlannerOptions(), "tree=16": PlannerOptions(knobs={"tree": 16})}
+    planners = {k: Planner(bundle, o) for k, o in runs.items()}
+    fwd = {k: [] for k in runs}
+    for s in held_out[:6]:
+        plans = {k: p.plan(s.observation) for k, p in planners.items()}
+        for k, plan in plans.items():
+            assert np.array_equal(plan.waypoints, plans["ar"].waypoints), k
+            fwd[k].append(plan.stats.forwards)
+    mean = {k: float(np.mean(v)) for k, v in fwd.items()}
+    assert mean["kinematic draft"] <= mean["diffusion draft"], mean
+    assert mean["tree=16"] < mean["kinematic draft"] and mean["ar"] >= 2.5 * mean["tree=16"], mean
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_onnx_runtime_plans_equal_torch_plans(name, held_out, tmp_path):
     bundle = ckpt.load(name)
-    for decoder in ("speculative", "ar"):
-        torch_planner = Planner(bundle, PlannerOptions(decoder=decoder))
-        onnx_planner = Planner(bundle, PlannerOptions(decoder=decoder, backend="onnx",
+    # the tree's candidate rows run on a cache of 8 rows: ONNX Runtime's row-count stores and graphs
+    for decoder, knobs in (("speculative", {}), ("ar", {}), ("speculative", {"tree": 8})):
+        torch_planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs))
+        onnx_planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, backend="onnx",
                                                       backend_options={"onnx_dir": str(tmp_path / decoder), "threads": 1}))
         for s in held_out[:2]:
             a, b = torch_planner.plan(s.observation), onnx_planner.plan(s.observation)

@@ -5,7 +5,8 @@ window's first position from the carried logit when it is editable (the previous
 block's last causal logit predicts it exactly, for free); let the strategy
 iterate until no editable position is open; then commit the block with one
 causal forward unless the last forward already was a causal pass over exactly
-the final tokens (a fully accepted verification). The commit's last logit is
+the final tokens (a fully accepted verification), or the block is the plan's
+last and no reflection reads the cache after it. The commit's last logit is
 the next block's carry. At the trajectory section the cache may fork into N
 rows that continue as one batch (multi-rollout).
 
@@ -97,6 +98,8 @@ class BlockContext:
         self.trim = bool(getattr(backend, "dynamic_windows", False))
         self.lo = 0  # window position the next forwards start at (see "Committed prefix" above)
         self.prior: torch.Tensor | None = None  # (n, W) ids from outside the model for the open positions
+        self.layout = layout
+        self.tree_hint: tuple | None = None  # the last correction, for tree verification (tree.py)
 
     def prior_draft(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The prior as a draft: its tokens and, when sampling, their proposal distribution (one-hot: a
@@ -125,6 +128,25 @@ class BlockContext:
             return torch.cat([self.carry[:, None], logits[:, :-1]], dim=1)
         # entry lo + 1 + i is predicted by window position lo + i; entries up to lo are closed positions
         return torch.cat([logits.new_zeros(self.n, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
+
+    def forward_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """One causal forward over K candidate rows (K, W) of a one-row block (tree verification:
+        decoding/tree.py): the prefix is forked into cache rows 1..K-1 first. Returns shifted prediction
+        logits (K, W, V). The cache's row 0 holds rows[0]'s K/V, which is what the committed-prefix
+        bookkeeping compares the kept tokens against."""
+        lo, k = self.lo, rows.shape[0]
+        self.backend.fork(k, self.start + lo)
+        logits = self.backend.step(rows[:, lo:], self.start + lo, self.valid - lo, False, self.action)
+        self.stats.forwards += 1
+        self.stats.tokens_processed += k * (self.valid - lo)
+        self.stats.forwards_per_section[self.section] = self.stats.forwards_per_section.get(self.section, 0) + 1
+        self.stats.tree_forwards += 1
+        self.stats.tree_rows += k
+        self._causal_x = rows[:1].clone()
+        self._causal_last = logits[:1, self.valid - 1 - lo]
+        if lo == 0:
+            return torch.cat([self.carry[:, None].expand(k, -1, -1), logits[:, :-1]], dim=1)
+        return torch.cat([logits.new_zeros(k, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
 
     def probs(self, pred_logits: torch.Tensor) -> torch.Tensor:
         return constrained_probs(pred_logits, self.bias, self.temperature)
@@ -258,8 +280,11 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
                                                                 temperature, gen, stats)
                 if block.index <= done_through:
                     continue
+        # the plan's last block closes without its commit forward when nothing reads the cache after it
+        # (reflection revisits the trajectory on the cache; without it the next plan starts a new prefill)
+        last = block.index == layout.blocks[-1].index and reflect is None
         carry = decode_block(backend, layout, masks, out, block, carry, strategy, temperature, gen, stats,
-                             pinned=pinned, prior=priors.get(block.index))
+                             pinned=pinned, prior=priors.get(block.index), commit=not last)
         pinned = None
     t_blocks = time.perf_counter()
     stats.stage_ms["blocks"] = (t_blocks - t0) * 1000.0 - stats.stage_ms["prefill"]
@@ -272,8 +297,10 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
 
 def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: torch.Tensor, block: Block, carry: torch.Tensor,
                  strategy: Strategy, temperature: float, gen: torch.Generator, stats: DecodeStats,
-                 pinned: torch.Tensor | None = None, prior: torch.Tensor | None = None) -> torch.Tensor:
+                 pinned: torch.Tensor | None = None, prior: torch.Tensor | None = None,
+                 commit: bool = True) -> torch.Tensor | None:
     """Decode one block of `out` (rows, L) in place from its template; return the next carry.
+    `commit=False` (the plan's last block, nothing after it): no closing causal forward; returns None.
     `pinned` (rows, L) bool: editable positions kept as they are in `out` (inpainting around
     anchors); then the open count is read from the device once more per block.
     `prior` (block.length,) ids: the block's draft from outside the model (`decode`'s prior)."""
@@ -314,7 +341,7 @@ def decode_block(backend: Backend, layout: Layout, masks: LayoutTensors, out: to
             raise RuntimeError(f"{strategy.name} made no progress in block {block.index}")
         stats.tokens_decided += left - now
         left = now
-    carry = ctx.finish(stale)
+    carry = ctx.finish(stale) if commit else None
     out[:, block.start:block.end] = ctx.x[:, : block.length]
     return carry
 

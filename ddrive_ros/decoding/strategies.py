@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ddrive_ros.decoding import tree
 from ddrive_ros.decoding.block_loop import BlockContext, ranks_desc
 from ddrive_ros.decoding.sampling import first_true, greedy_choice, verify, verify_greedy
 
@@ -67,9 +68,14 @@ class ScaffoldSpeculative:
     follows the AR distribution (the proposal's probabilities enter the acceptance rule).
 
     A block with a prior draft (`decode(..., prior=...)`: the previous plan carried forward) takes it
-    as its first draft: no draft forward, and a block whose prior is accepted whole costs one forward."""
+    as its first draft: no draft forward, and a block whose prior is accepted whole costs one forward.
+
+    tree: rows per greedy verification of a trajectory block after a correction (decoding/tree.py);
+    1 verifies the redraft alone. More rows confirm more waypoints per forward at the price of a
+    batch of that many rows: nearly free on a GPU, about linear on a CPU."""
 
     redraft: str = "action"
+    tree: int = 1
     name: str = "speculative"
     uses_prior = True  # not a field: a class fact the planner reads
     # not a field: an instance may set it to see every greedy verification,
@@ -79,9 +85,16 @@ class ScaffoldSpeculative:
     def __post_init__(self) -> None:
         if self.redraft not in ("diffusion", "causal", "action"):
             raise ValueError(f"speculative redraft must be 'diffusion', 'causal' or 'action', not {self.redraft!r}")
+        if int(self.tree) != self.tree or self.tree < 1:
+            raise ValueError(f"speculative tree must be a whole number of rows >= 1, not {self.tree!r}")
+        self.tree = int(self.tree)
 
     def begin_block(self, ctx: BlockContext) -> None:
         ctx.next_draft = ctx.prior_draft()
+        if ctx.prior is not None and self.tree > 1 and ctx.greedy and ctx.action and ctx.n == 1:
+            table = tree.ordinal(ctx.layout, ctx.x.device)
+            if table is not None:  # the outside draft is verified with its coordinates shifted, too
+                ctx.tree_hint = tree.prior_hint(table, ctx.block.start, ctx.open)
 
     def step(self, ctx: BlockContext) -> None:
         drafted = ctx.next_draft is None  # this iteration's draft is the diffusion stream's
@@ -94,8 +107,12 @@ class ScaffoldSpeculative:
             ctx.next_draft = None
         span = ctx.open.clone()
         ctx.x = torch.where(span, draft, ctx.x)
-        logits = ctx.forward(bidirectional=False)
         redraft = self.redraft == "causal" or (self.redraft == "action" and ctx.action)
+        table = tree.ordinal(ctx.layout, ctx.x.device) if self.tree > 1 and ctx.greedy and ctx.action else None
+        if table is not None and ctx.n == 1:
+            self._tree_step(ctx, table, drafted, span, redraft)
+            return
+        logits = ctx.forward(bidirectional=False)
         if ctx.greedy:
             # greedy verification compares with the AR argmax (no softmax), which is also the redraft
             ar_tokens = greedy_choice(logits, ctx.bias)
@@ -111,6 +128,29 @@ class ScaffoldSpeculative:
         ctx.decide(decided, tokens)
         if redraft:
             ctx.next_draft = next_draft
+
+    def _tree_step(self, ctx: BlockContext, table: tree.Ordinal, drafted: bool, span: torch.Tensor,
+                   redraft: bool) -> None:
+        """A greedy verification over candidate rows (decoding/tree.py); keeps the row that agrees longest."""
+        start = ctx.block.start
+        cand = tree.rows(table, start, ctx.x, span, ctx.tree_hint, self.tree) if ctx.tree_hint is not None else None
+        if cand is None:
+            logits, cand = ctx.forward(bidirectional=False), ctx.x
+        else:
+            logits = ctx.forward_rows(cand)
+        ar_tokens = greedy_choice(logits, ctx.bias)
+        rows_span = span.expand(cand.shape[0], -1)
+        tokens, decided, rejected = verify_greedy(cand, ar_tokens, rows_span)
+        keep = decided.sum(1).argmax()  # first of the longest: row 0 on a tie
+        x, ar_tokens, tokens, decided, rejected = (t[keep][None] for t in (cand, ar_tokens, tokens, decided, rejected))
+        ctx.x = x
+        if self.recorder is not None:
+            self.recorder(ctx, drafted, span, ar_tokens, decided)
+        ctx.tree_hint = tree.hint(table, start, x, ar_tokens, rejected, ctx.w)
+        ctx.x = torch.where(span & ~decided, torch.full_like(ctx.x, ctx.mask_id), ctx.x)
+        ctx.decide(decided, tokens)
+        if redraft:
+            ctx.next_draft = (ar_tokens, None)
 
 
 @dataclass

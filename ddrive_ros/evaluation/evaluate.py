@@ -34,6 +34,9 @@ METHODS: list[tuple[str, str, dict, int]] = [
     ("speculative N=2", "speculative", {}, 2),
     ("speculative N=4", "speculative", {}, 4),
     ("speculative N=8", "speculative", {}, 8),
+    # tree verification (decoding/tree.py): the same plans as speculative, fewer forwards, more rows per forward
+    ("speculative tree=16", "speculative", {"tree": 16}, 1),
+    ("speculative tree=32", "speculative", {"tree": 32}, 1),
     ("speculative (nav shuffled)", "speculative", {}, 1),  # ablation: does the model read the command?
 ]
 SHUFFLED_NAV = "speculative (nav shuffled)"
@@ -66,6 +69,9 @@ def score(name: str, preds: list[np.ndarray], samples: list[Sample], plans: list
         if ex:
             row["expl_acc"] = float(np.mean([np.mean([a == b for a, b in zip(pw + [""] * len(tw), tw)]) if tw else 1.0 for pw, tw in ex]))
         row["forwards_per_plan"] = float(np.mean([p.stats.forwards for p in plans]))
+        # rows all forwards ran over together (1 per forward without a tree or rollouts): what a CPU pays for
+        if any(p.stats.tree_rows for p in plans):
+            row["rows_per_plan"] = float(np.mean([p.stats.forwards - p.stats.tree_forwards + p.stats.tree_rows for p in plans]))
         row["ms_per_plan"] = float(np.mean([p.stats.wall_ms for p in plans]))
     return row
 
@@ -209,7 +215,7 @@ def write_pictures(out: Path, samples: list[Sample], plans: dict[str, list[Plan]
 
 COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "pdms", "nc", "dac", "ep", "ttc",
            "comfort", "lat_acc", "lat_macro_f1", "lon_acc", "lon_macro_f1", "co_f1", "expl_acc",
-           "forwards_per_plan", "ms_per_plan"]
+           "forwards_per_plan", "rows_per_plan", "ms_per_plan"]
 
 
 def markdown(rows: list[dict]) -> str:

@@ -58,6 +58,10 @@ PARAMETERS: dict[str, Spec] = {
     "draft_previous": Spec(_OPT.draft_previous, P.PARAMETER_BOOL,
                            "decoder speculative: draft each block from the previous plan carried forward to the new "
                            "stamp (the same plan, fewer forwards on a stream)", read_only=True),
+    "tree_rows": Spec(1, P.PARAMETER_INTEGER,
+                      "decoder speculative: candidate rows per verification of the trajectory (decoding/tree.py): "
+                      "fewer forwards, the same plan; each row costs about one plan's forward on a CPU, little on a GPU",
+                      range=(1, 64), read_only=True),
     "warmup": Spec(True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing", read_only=True),
     # ---- decoder knobs (the next plan uses them)
     "tau": Spec(0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders", range=(0.0, 1.0)),
