@@ -344,3 +344,21 @@ def test_the_last_block_skips_its_commit_unless_reflection_reads_the_cache(tiny_
     prompt = backend.prompt(*inputs(tiny_traj))
     _, edited = decode(backend, layout, prompt, make_strategy("ar"), reflect=AutoEdit())
     assert edited.forwards - edited.reflect["forwards"] == stats.forwards + 1  # the commit reflection reads
+
+
+def test_tree_bench_row_cost_and_plans_tables(tmp_path):
+    """bench/tree_verification.py (also run by bench/gpu.sh with --rows-only on a GPU): both tables, and
+    every tree plan equal to AR's."""
+    import json
+
+    out = tmp_path / "tree.json"
+    run_ = subprocess.run([sys.executable, "bench/tree_verification.py", "--plans", "2", "--iters", "2", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert run_.returncode == 0, run_.stderr
+    res = json.loads(out.read_text())
+    assert [r["rows"] for r in res["row_cost"]] == [1, 2, 4, 8, 16, 32]
+    plans = {r["decoder"]: r for r in res["plans"]}
+    assert all(r["token_mismatches_vs_ar"] == 0 for r in plans.values())
+    assert plans["ar"]["forwards_per_plan"] == 17.0
+    assert plans["ego-state draft, tree=16"]["rows_per_plan"] > plans["ego-state draft, tree=16"]["forwards_per_plan"]
+    assert "| ego-state draft, tree=32 |" in run_.stdout
