@@ -307,8 +307,8 @@ def test_tree_verification_equals_ar_greedy_token_for_token(tiny_fast):
     tiny_traj = load("trajectory_only_tiny")
     ar, _, _ = run(tiny_traj, TorchBackend, "ar", {})
     plain, plain_stats, _ = run(tiny_traj, TorchBackend, "speculative", {})
-    for rows in (2, 8):
-        spec, stats, _ = run(tiny_traj, TorchBackend, "speculative", {"tree": rows}, rows=rows)
+    for rows, depth in ((2, 1), (8, 1), (16, 2)):
+        spec, stats, _ = run(tiny_traj, TorchBackend, "speculative", {"tree": rows, "tree_depth": depth}, rows=rows)
         assert torch.equal(ar, spec), rows
         assert stats.tree_forwards > 0 and stats.tree_rows == rows * stats.tree_forwards  # the tree ran, `rows` rows each time
         assert stats.tokens_decided == plain_stats.tokens_decided
@@ -329,6 +329,15 @@ def test_tree_verification_equals_ar_greedy_token_for_token(tiny_fast):
     for bad in (0, 1.5, -2):
         with pytest.raises(ValueError, match="tree"):
             make_strategy("speculative", tree=bad)
+    with pytest.raises(ValueError, match="tree_depth"):
+        make_strategy("speculative", tree=4, tree_depth=3)
+    # the node's parameters: the tree goes to speculative only, with a reason otherwise
+    from ddrive_ros.ros.model import decoder_knobs
+
+    assert decoder_knobs("speculative", 0.9, 0, 64, 2) == {"tree": 64, "tree_depth": 2}
+    assert decoder_knobs("speculative", 0.9, 0) == {}
+    with pytest.raises(ValueError, match="tree_rows=4: only decoder speculative"):
+        decoder_knobs("diffusion", 0.9, 0, 4)
 
 
 def test_the_last_block_skips_its_commit_unless_reflection_reads_the_cache(tiny_traj):

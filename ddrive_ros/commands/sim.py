@@ -65,6 +65,8 @@ def register(sub) -> None:
                    help="speculative rows draft every plan cold, not from the previous plan (the forwards it saves)")
     p.add_argument("--tree-rows", type=int, default=1,
                    help="speculative rows: candidate rows per verification (decoding/tree.py; the same plans, fewer forwards)")
+    p.add_argument("--tree-depth", type=int, default=1, choices=(1, 2),
+                   help="with --tree-rows: 2 branches the candidates at two waypoints (e.g. 64 rows = 8 x 8)")
     p.add_argument("--breakdown", default=None, metavar="SAVED_JSON",
                    help="drive nothing: print a saved run's episodes by situation (scenario kind, navigation command)")
     p.add_argument("--plot", default=None, metavar="PNG", help="with --breakdown: also draw PDMS by scenario kind here")
@@ -193,13 +195,15 @@ def run(args: argparse.Namespace) -> int:
                 bridge = NodeBridge(NodeBridgeOptions(
                     checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
                     tree_rows=args.tree_rows if decoder == "speculative" else 1,
+                    tree_depth=args.tree_depth,
                     domain_id=None if args.domain_id is None else args.domain_id + i,
                     log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
                 bridges.append(bridge)
                 factories[name] = (lambda b: (lambda w: b))(bridge)
             else:
                 oracle = reflect == "oracle"
-                knobs = {"tree": args.tree_rows} if decoder == "speculative" and args.tree_rows != 1 else {}
+                knobs = ({"tree": args.tree_rows, "tree_depth": args.tree_depth}
+                         if decoder == "speculative" and args.tree_rows != 1 else {})
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous))

@@ -76,6 +76,7 @@ class ScaffoldSpeculative:
 
     redraft: str = "action"
     tree: int = 1
+    tree_depth: int = 1  # 2: the candidates branch at two waypoints (decoding/tree.py)
     name: str = "speculative"
     uses_prior = True  # not a field: a class fact the planner reads
     # not a field: an instance may set it to see every greedy verification,
@@ -88,6 +89,8 @@ class ScaffoldSpeculative:
         if int(self.tree) != self.tree or self.tree < 1:
             raise ValueError(f"speculative tree must be a whole number of rows >= 1, not {self.tree!r}")
         self.tree = int(self.tree)
+        if self.tree_depth not in (1, 2):
+            raise ValueError(f"speculative tree_depth must be 1 or 2, not {self.tree_depth!r}")
 
     def begin_block(self, ctx: BlockContext) -> None:
         ctx.next_draft = ctx.prior_draft()
@@ -133,7 +136,8 @@ class ScaffoldSpeculative:
                    redraft: bool) -> None:
         """A greedy verification over candidate rows (decoding/tree.py); keeps the row that agrees longest."""
         start = ctx.block.start
-        cand = tree.rows(table, start, ctx.x, span, ctx.tree_hint, self.tree) if ctx.tree_hint is not None else None
+        cand = (tree.rows(table, start, ctx.x, span, ctx.tree_hint, self.tree, self.tree_depth)
+                if ctx.tree_hint is not None else None)
         if cand is None:
             logits, cand = ctx.forward(bidirectional=False), ctx.x
         else:

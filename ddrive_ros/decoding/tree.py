@@ -112,11 +112,13 @@ def prior_hint(table: Ordinal, block_start: int, open_: torch.Tensor) -> tuple[i
     return (int(where[0]), 0, True) if len(where) else None
 
 
-def rows(table: Ordinal, block_start: int, x: torch.Tensor, open_: torch.Tensor, at: tuple, k: int
+def rows(table: Ordinal, block_start: int, x: torch.Tensor, open_: torch.Tensor, at: tuple, k: int, depth: int = 1
          ) -> torch.Tensor | None:
-    """(K', W) candidate rows for a (1, W) drafted window whose open positions hold the redraft, after a
+    """(K, W) candidate rows for a (1, W) drafted window whose open positions hold the redraft, after a
     correction `at` = (c, d) (or (c, d, True): branch at c itself); row 0 is `x` itself. None when no
-    open position of c's coordinate follows c."""
+    open position of c's coordinate follows c. depth 2: the coordinate's first two moved positions
+    branch independently (floor(sqrt(K)) offsets each, the second on top of the first's shift), so a
+    row can confirm a third waypoint; depth 1 spends every row on the first."""
     c, d = at[:2]
     w = x.shape[1]
     coord = torch.as_tensor(table.coord[block_start:block_start + w] == table.coord[block_start + c], device=x.device)
@@ -126,6 +128,15 @@ def rows(table: Ordinal, block_start: int, x: torch.Tensor, open_: torch.Tensor,
     if not bool(moved.any()):
         return None
     ranks = table.rank_of[x[0]]
+    if depth == 2:
+        side = max(int(k ** 0.5), 1)
+        after_first = torch.cumsum(moved.long(), 0) >= 2  # the coordinate's moved positions after the first
+        pairs = [(d + o1, o2) for o1 in offsets(side) for o2 in offsets(side) if (d + o1, o2) != (0, 0)][: k - 1]
+        out = x.repeat(len(pairs) + 1, 1)
+        for r, (s1, s2) in enumerate(pairs, start=1):
+            shifted = (ranks + torch.where(after_first, s1 + s2, s1)).clamp(0, table.ranks - 1)
+            out[r] = torch.where(moved, table.ids[shifted], x[0])
+        return out
     shifts = [d + o for o in offsets(k + 1) if d + o != 0][: k - 1]
     out = x.repeat(len(shifts) + 1, 1)
     for r, s in enumerate(shifts, start=1):

@@ -37,6 +37,7 @@ METHODS: list[tuple[str, str, dict, int]] = [
     # tree verification (decoding/tree.py): the same plans as speculative, fewer forwards, more rows per forward
     ("speculative tree=16", "speculative", {"tree": 16}, 1),
     ("speculative tree=32", "speculative", {"tree": 32}, 1),
+    ("speculative tree=64x2", "speculative", {"tree": 64, "tree_depth": 2}, 1),  # 8 x 8 candidates at two waypoints
     ("speculative (nav shuffled)", "speculative", {}, 1),  # ablation: does the model read the command?
 ]
 SHUFFLED_NAV = "speculative (nav shuffled)"

@@ -15,7 +15,7 @@ RANDOM_PREFIX = "random:"
 DEFAULT_CHECKPOINT = "fast_ddrive_tiny"
 
 
-def decoder_knobs(decoder: str, tau: float, steps: int, tree_rows: int = 1) -> dict[str, Any]:
+def decoder_knobs(decoder: str, tau: float, steps: int, tree_rows: int = 1, tree_depth: int = 1) -> dict[str, Any]:
     """The subset of (tau, steps, tree rows) the decoder takes (ar takes none, speculative the tree)."""
     from ddrive_ros.decoding.strategies import make_strategy
 
@@ -30,6 +30,8 @@ def decoder_knobs(decoder: str, tau: float, steps: int, tree_rows: int = 1) -> d
         if "tree" not in fields:
             raise ValueError(f"tree_rows={tree_rows}: only decoder speculative verifies candidate rows, not {decoder}")
         knobs["tree"] = int(tree_rows)
+        if int(tree_depth) != 1:
+            knobs["tree_depth"] = int(tree_depth)
     return knobs
 
 
@@ -69,7 +71,7 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
                  rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
                  seed: int = _DEFAULT.seed, num_threads: int = 0, int8: bool = False,
                  compile: bool = False, draft_previous: bool = _DEFAULT.draft_previous,
-                 tree_rows: int = 1) -> tuple[Planner, dict[str, Any]]:
+                 tree_rows: int = 1, tree_depth: int = 1) -> tuple[Planner, dict[str, Any]]:
     """`num_threads` > 0 pins ONNX Runtime's intra-op threads too (without spinning): by default ORT
     takes every core and spins between runs, starving the node's executor thread on a small CPU.
     `int8`: dynamically quantised graphs (backend onnx); `compile`: torch.compile the block step
@@ -78,7 +80,7 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
     from ddrive_ros import checkpoint as ckpt
 
     backend_options = backend_options_for(backend, num_threads, int8, compile)
-    opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps, tree_rows),
+    opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps, tree_rows, tree_depth),
                           rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
                           device=device, seed=int(seed), backend_options=backend_options,
                           draft_previous=bool(draft_previous))

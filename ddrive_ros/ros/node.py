@@ -126,7 +126,7 @@ class PlannerCore:
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
             p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"),
-            p("draft_previous"), p("tree_rows"))
+            p("draft_previous"), p("tree_rows"), p("tree_depth"))
         self._apply_reflect_params()
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
@@ -277,7 +277,8 @@ class PlannerCore:
             from ddrive_ros.ros.model import decoder_knobs
 
             # the worker reads planner.strategy once per plan: the next plan uses the new knobs
-            knobs = decoder_knobs(self._p("decoder"), self._p("tau"), self._p("steps"), self._p("tree_rows"))
+            knobs = decoder_knobs(self._p("decoder"), self._p("tau"), self._p("steps"), self._p("tree_rows"),
+                                  self._p("tree_depth"))
             self.planner.strategy = make_strategy(self._p("decoder"), **knobs)
             self.model_info["knobs"] = knobs
         if "plan_timeout_s" in names:

@@ -63,6 +63,7 @@ class NodeBridgeOptions:
     num_threads: int = 1  # torch threads inside the node
     reflect: str = "off"  # the node's reflect parameter (safety gets no obstacles over this bridge)
     tree_rows: int = 1  # the node's tree_rows parameter (decoder speculative)
+    tree_depth: int = 1  # the node's tree_depth parameter
 
 
 class NodeBridge:
@@ -77,7 +78,8 @@ class NodeBridge:
         self.domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", default_domain_id()))
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
-                  "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows}
+                  "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,
+                  "tree_depth": opts.tree_depth}
         # the node's ~/input/* onto the topics this bridge publishes (the package's bag topics)
         self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path), remaps=I.bag_remaps(False))
         self.plan_topic = I.resolve(I.OUTPUT_PLAN)
