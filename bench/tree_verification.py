@@ -6,13 +6,13 @@ Two tables.
 1. Plans (needs the synthetic world: the repo's venv). Cold plans of the shipped trajectory_only model on
    synthetic-world samples (seed 10_000 + --seed: never a training or evaluation seed), on torch eager:
    AR, speculative with the diffusion draft, speculative with the ego-state draft (kinematic_draft.py),
-   and the ego-state draft with 4..32 candidate rows per verification (decoding/tree.py). Per row:
+   and the ego-state draft with 4..64 candidate rows per verification (decoding/tree.py; 64 two levels deep). Per row:
    forwards per plan and how many times fewer than AR, rows per plan (what a CPU pays for), p50 ms per
    plan and its ratio to plain speculative, and the plans' token mismatches against AR (must be 0).
    Plans run round-robin over the decoders so that load from other processes spreads over all alike.
 
 2. Row cost (no world: runs on a bare CUDA machine too, `--rows-only --device cuda`). One causal step
-   over the trajectory block on a cache forked into K rows, K = 1..32, milliseconds per step and the
+   over the trajectory block on a cache forked into K rows, K = 1..64, milliseconds per step and the
    ratio to one row: where the tree's extra rows are nearly free and where they are not.
 
     .venv/bin/python bench/tree_verification.py --plans 60 --json bench/results/tree_verification_cpu.json
@@ -34,8 +34,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ROWS = (1, 2, 4, 8, 16, 32)
-TREES = (4, 8, 16, 32)
+ROWS = (1, 2, 4, 8, 16, 32, 64)
+TREES = ((4, 1), (8, 1), (16, 1), (32, 1), (64, 2))  # (rows, depth)
 
 
 def _sync(device: torch.device) -> None:
@@ -91,7 +91,8 @@ def plans(checkpoint: str, n: int, seed: int) -> list[dict[str, Any]]:
     runs = {"ar": PlannerOptions(decoder="ar", draft_kinematic=False),
             "speculative, diffusion draft": PlannerOptions(draft_kinematic=False),
             "speculative, ego-state draft": PlannerOptions()}
-    runs.update({f"ego-state draft, tree={k}": PlannerOptions(knobs={"tree": k}) for k in TREES})
+    runs.update({f"ego-state draft, tree={k}" + ("x2" if depth == 2 else ""): PlannerOptions(knobs={"tree": k, "tree_depth": depth})
+                 for k, depth in TREES})
     planners = {name: Planner(bundle, o) for name, o in runs.items()}
     rec: dict[str, dict[str, list]] = {name: {"fwd": [], "rows": [], "ms": [], "mismatch": []} for name in runs}
     for p in planners.values():
