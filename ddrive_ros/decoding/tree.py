@@ -49,15 +49,14 @@ class Ordinal:
         return int(self.ids.shape[0])
 
 
-_TABLES: dict[tuple[int, str], Ordinal | None] = {}
-
-
 def ordinal(layout: Layout, device: torch.device) -> Ordinal | None:
-    """The layout's ordinal tables (None if it has no bin positions), made once per layout and device."""
-    key = (id(layout), str(device))
-    if key not in _TABLES:
-        _TABLES[key] = _build(layout, device)
-    return _TABLES[key]
+    """The layout's ordinal tables (None if it has no bin positions), made once per layout and device and
+    kept on the layout itself (a module-level cache keyed by id() would hand a new layout a dead one's)."""
+    tables = layout.__dict__.setdefault("_ordinal_tables", {})
+    key = str(device)
+    if key not in tables:
+        tables[key] = _build(layout, device)
+    return tables[key]
 
 
 def _build(layout: Layout, device: torch.device) -> Ordinal | None:
