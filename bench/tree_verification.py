@@ -15,7 +15,8 @@ Two tables.
    over the trajectory block on a cache forked into K rows, K = 1..64, milliseconds per step and the
    ratio to one row: where the tree's extra rows are nearly free and where they are not.
 
-    .venv/bin/python bench/tree_verification.py --plans 60 --json bench/results/tree_verification_cpu.json
+    .venv/bin/python bench/tree_verification.py --plans 40 --iters 30 --json bench/results/tree_verification_cpu.json
+    .venv/bin/python bench/tree_verification.py --replot bench/results/tree_verification_cpu.json --plot docs/tree_verification.png
     python3 bench/tree_verification.py --rows-only --device cuda --json bench/results/tree_rows_h200.json
 """
 from __future__ import annotations
@@ -126,6 +127,44 @@ def plans(checkpoint: str, n: int, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def plot(res: dict[str, Any], path: str) -> None:
+    """Forwards per plan against CPU time per plan (left) and the per-row step cost (right)."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    if res.get("plans"):
+        rows = res["plans"]
+        ar = next(r for r in rows if r["decoder"] == "ar")["forwards_per_plan"]
+        for r in rows:
+            a.scatter(r["ms_p50"], r["forwards_per_plan"], s=40)
+            a.annotate(r["decoder"].replace("ego-state draft, ", "").replace("speculative, ", "spec, "),
+                       (r["ms_p50"], r["forwards_per_plan"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        a.axhline(ar / 3, ls="--", c="grey", lw=1)
+        a.set_xscale("log")
+        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        a.text(a.get_xlim()[0] * 1.05, ar / 3 - 0.15, "AR's forwards / 3 (the issue's bar)", va="top", fontsize=8, color="grey")
+        a.set_xlabel("ms per cold plan, p50 (CPU, 1 thread, log)")
+        a.set_ylabel("backbone forwards per plan")
+        a.set_title("same plan as AR in every row: forwards vs CPU time")
+    rc = res["row_cost"]
+    b.plot([r["rows"] for r in rc], [r["ms_per_step"] for r in rc], "o-", label=res["device"])
+    b.plot([r["rows"] for r in rc], [rc[0]["ms_per_step"] * r["rows"] for r in rc], ":", c="grey", label="linear in rows")
+    b.set_xscale("log", base=2)
+    b.set_yscale("log")
+    b.set_xlabel("rows in one causal step (trajectory block)")
+    b.set_ylabel("ms per step")
+    b.set_title("what a candidate row costs")
+    b.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def table(rows: list[dict[str, Any]], cols: list[str]) -> str:
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -143,7 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--iters", type=int, default=50, help="timed steps per row count")
     p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None, metavar="PNG", help="also draw forwards against time and the row cost")
+    p.add_argument("--replot", default=None, metavar="JSON", help="measure nothing: draw --plot from a saved run")
     args = p.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            raise SystemExit("--replot needs --plot PNG")
+        plot(json.loads(Path(args.replot).read_text()), args.plot)
+        return 0
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     res: dict[str, Any] = {"checkpoint": args.checkpoint, "device": str(device), "threads": args.threads,
@@ -159,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nCold plans, {args.plans} synthetic-world samples (seed {10_000 + args.seed}), torch eager")
         print(table(res["plans"], ["decoder", "forwards_per_plan", "x_fewer_than_ar", "rows_per_plan", "ms_p50",
                                    "ms_x_speculative", "token_mismatches_vs_ar"]))
+    if args.plot:
+        plot(res, args.plot)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(res, indent=1))

@@ -361,8 +361,9 @@ def test_tree_bench_row_cost_and_plans_tables(tmp_path):
     import json
 
     out = tmp_path / "tree.json"
-    run_ = subprocess.run([sys.executable, "bench/tree_verification.py", "--plans", "2", "--iters", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    png = tmp_path / "tree.png"
+    run_ = subprocess.run([sys.executable, "bench/tree_verification.py", "--plans", "2", "--iters", "2", "--json", str(out),
+                           "--plot", str(png)], capture_output=True, text=True, timeout=600)
     assert run_.returncode == 0, run_.stderr
     res = json.loads(out.read_text())
     assert [r["rows"] for r in res["row_cost"]] == [1, 2, 4, 8, 16, 32, 64]
@@ -371,3 +372,4 @@ def test_tree_bench_row_cost_and_plans_tables(tmp_path):
     assert plans["ar"]["forwards_per_plan"] == 17.0
     assert plans["ego-state draft, tree=16"]["rows_per_plan"] > plans["ego-state draft, tree=16"]["forwards_per_plan"]
     assert "| ego-state draft, tree=64x2 |" in run_.stdout
+    assert png.stat().st_size > 10_000
