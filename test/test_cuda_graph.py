@@ -113,3 +113,30 @@ def test_warmup_captures_every_step_shape_a_plan_uses(setup):
     for decoder in ("speculative", "diffusion", "s2d2"):
         run(backend, layout, setup, decoder, DecodeOptions(rollouts=2, rollout_temperature=0))
         assert {k for k in backend.calls if k[0] == "step"} == steps, decoder
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[needs_cuda, pytest.mark.gpu])])
+def test_tree_verification_on_the_static_buffer_path_gives_eager_tokens(device):
+    """Tree verification's K-row forwards on the whole-block static path (what CUDA graphs capture; on the
+    CPU without graphs): the shipped trajectory_only model's AR tokens and eager's forward count."""
+    from ddrive_ros import checkpoint as ckpt
+
+    bundle = ckpt.load("trajectory_only_tiny", device=device)
+    layout = Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size)
+    ar_layout = Layout(bundle.schema, bundle.tokenizer, 1)
+    g = torch.Generator().manual_seed(3)
+    h, w = bundle.config.vision.image_size
+    inputs = (torch.randint(0, 256, (1, 6, h, w, 3), generator=g, dtype=torch.uint8).to(device),
+              torch.randn(1, 11, generator=g).to(device), torch.tensor([bundle.tokenizer.bos_id], device=device),
+              torch.tensor([bundle.tokenizer.id("<nav:FOLLOW_LANE>")], device=device))
+    static = CudaGraphBackend(bundle.model, layout.window, 16, device=device, dtype=torch.float32,
+                              graphs=device == "cuda")
+    eager = TorchBackend(bundle.model, layout.window, 16, device=device)
+    ar_backend = TorchBackend(bundle.model, ar_layout.window, 1, device=device)
+    ar, _ = decode(ar_backend, ar_layout, ar_backend.prompt(*inputs), make_strategy("ar"))
+    for depth in (1, 2):
+        strategy = make_strategy("speculative", tree=16, tree_depth=depth)
+        ids, stats = decode(static, layout, static.prompt(*inputs), strategy)
+        ref, ref_stats = decode(eager, layout, eager.prompt(*inputs), strategy)
+        assert torch.equal(ids, ar) and torch.equal(ref, ar), depth
+        assert stats.forwards == ref_stats.forwards and stats.tree_forwards > 0, depth
