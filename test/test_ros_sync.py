@@ -110,6 +110,27 @@ def test_side_frames_in_flight_are_waited_for_not_failed():
     assert e.value.reason == "no_match" and "left_front" in str(e.value), e.value
 
 
+def test_a_frame_waits_briefly_for_odometry_that_reaches_its_stamp():
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5, odom_wait_s=0.03))
+    _fill(sync, 2.0)
+    # odometry 50 ms behind the newest frame (its sample for 2.05 not in yet), frames through 2.1
+    for cam in CAMERAS:
+        sync.add_image(cam, 2.1, _img(21))
+    assert sync.odom.latest.t == pytest.approx(2.0)
+    assert sync.build(now=2.101).stamp == pytest.approx(2.0)  # 2.1 waits; the set before it is complete
+    assert sync.build(now=2.15).stamp == pytest.approx(2.1)  # waited long enough: extrapolated
+    sync.add_odometry(OdomSample(2.1, 21.0, 0.0, 0.0, 10.0, 0.0))
+    obs = sync.build(now=2.102)
+    assert obs.stamp == pytest.approx(2.1) and obs.speed == pytest.approx(10.0)
+    # nothing but a waiting frame: it says so
+    sync = Synchronizer(SyncConfig(history_s=0.0, odom_wait_s=0.03))
+    sync.add_odometry(OdomSample(0.0, 0.0, 0.0, 0.0, 0.0, 0.0))
+    for cam in CAMERAS:
+        sync.add_image(cam, 0.05, _img(1))
+    with pytest.raises(SyncError, match="waits for odometry"):
+        sync.build(now=0.06)
+
+
 def test_odometry_history_accel_turn_and_nan_dropped():
     hist = OdomHistory(horizon_s=3.0)
     # accelerating at 2 m/s^2 from 5 m/s, heading +90 deg (driving along +y)

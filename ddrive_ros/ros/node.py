@@ -57,7 +57,7 @@ from ddrive_ros.ros.watchdog import PlanWatchdog, Verdict, WindowCount
 
 P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
-SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s")
+SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
 REFLECT_PARAMS = ("reflect", "autoedit_tau", "safety_rounds")
 
@@ -137,7 +137,7 @@ class PlannerCore:
 
         self.sync = Synchronizer(SyncConfig(
             tolerance_s=p("sync_tolerance_s"), history_s=p("frame_history_s"), max_input_age_s=p("max_input_age_s"),
-            camera_buffer=p("camera_buffer_size"), odom_horizon_s=p("odom_history_s")))
+            camera_buffer=p("camera_buffer_size"), odom_horizon_s=p("odom_history_s"), odom_wait_s=p("odom_wait_s")))
         self._lock = threading.Lock()  # guards self.sync (callbacks vs timer vs diagnostics)
         self.compressed = p("camera_type") == "compressed"
         self.output_frame = p("output_frame")
@@ -268,6 +268,7 @@ class PlannerCore:
                 self.sync.config.tolerance_s = self._p("sync_tolerance_s")
                 self.sync.config.max_input_age_s = self._p("max_input_age_s")
                 self.sync.config.history_s = self._p("frame_history_s")
+                self.sync.config.odom_wait_s = self._p("odom_wait_s")
             for st in self.stamps.values():
                 st.max_delay_s = self._p("max_input_age_s")
         if names & set(REFLECT_PARAMS):
@@ -355,6 +356,10 @@ class PlannerCore:
         self.stamps["odometry"].tick(state[0], self._now())
         with self._lock:
             self.sync.add_odometry(OdomSample(*state))
+        # a set that waited for this odometry (Synchronizer: odom_wait_s) is planned now, not at the next tick
+        if self._awaiting_set and not self._busy and self._active and self._hand_over(self._now(), catch_up=True):
+            self._awaiting_set = False
+            self.late_sets += 1
 
     def _on_obstacles(self, msg: MarkerArray) -> None:
         self.received["obstacles"] += 1

@@ -108,6 +108,9 @@ PARAMETERS: dict[str, Spec] = {
     "max_input_age_s": Spec(0.5, P.PARAMETER_DOUBLE, "inputs older than this (node clock) are stale: no plan",
                             range=(0.05, 10.0)),
     "frame_history_s": Spec(0.5, P.PARAMETER_DOUBLE, "age of the second (history) frame", range=(0.05, 2.0)),
+    "odom_wait_s": Spec(0.03, P.PARAMETER_DOUBLE, "a front frame whose odometry has not reached its stamp waits for "
+                        "it until this long after the stamp (node clock); after that the ego state is extrapolated",
+                        range=(0.0, 0.5)),
     # ---- watchdogs and fallback (run time)
     "plan_timeout_s": Spec(1.0, P.PARAMETER_DOUBLE,
                            "no plan for this long while inputs are fresh (hung or failing planner): fallback + ERROR",

@@ -155,6 +155,9 @@ class SyncConfig:
     camera_buffer: int = 30
     odom_horizon_s: float = 3.0
     time_jump_s: float = 1.0  # a stamp this much older than the newest one means the clock went back
+    # an anchor whose odometry has not reached its stamp waits for it until this long after the stamp (the
+    # caller's clock); after that its ego state is extrapolated from the newest sample at constant velocity
+    odom_wait_s: float = 0.03
 
 
 @dataclass
@@ -249,7 +252,11 @@ class Synchronizer:
         tol = self.config.tolerance_s
         first_error: RecipeError | None = None
         pending: str | None = None
+        odom_t = self.odom.latest.t
         for t0 in stamps[ANCHOR][::-1]:
+            if odom_t < t0 and now - t0 < self.config.odom_wait_s:
+                pending = pending or f"{ANCHOR} frame {t0:.3f} waits for odometry (newest {odom_t:.3f})"
+                continue
             # a side camera that has sent nothing stamped at or past t0 + tolerance may still send this anchor's
             # frame (side frames arrive after the front one): the anchor is in flight, not failed
             waiting = [cam for cam in CAMERAS if cam != ANCHOR and len(stamps[cam])
