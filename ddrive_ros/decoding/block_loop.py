@@ -114,38 +114,32 @@ class BlockContext:
     def forward(self, bidirectional: bool) -> torch.Tensor:
         """One backbone forward over the window; returns shifted prediction logits (n, W, V):
         entry j predicts window position j (entry 0 is the carried logit)."""
-        lo = self.lo
-        logits = self.backend.step(self.x[:, lo:], self.start + lo, self.valid - lo, bidirectional, self.action)
-        self.stats.forwards += 1
-        self.stats.tokens_processed += self.n * (self.valid - lo)
-        self.stats.forwards_per_section[self.section] = self.stats.forwards_per_section.get(self.section, 0) + 1
-        if bidirectional:
-            self._causal_x = None
-        else:
-            self._causal_x = self.x.clone()
-            self._causal_last = logits[:, self.valid - 1 - lo]
-        if lo == 0:
-            return torch.cat([self.carry[:, None], logits[:, :-1]], dim=1)
-        # entry lo + 1 + i is predicted by window position lo + i; entries up to lo are closed positions
-        return torch.cat([logits.new_zeros(self.n, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
+        return self._step(self.x, bidirectional)
 
     def forward_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """One causal forward over K candidate rows (K, W) of a one-row block (tree verification:
         decoding/tree.py): the prefix is forked into cache rows 1..K-1 first. Returns shifted prediction
         logits (K, W, V). The cache's row 0 holds rows[0]'s K/V, which is what the committed-prefix
         bookkeeping compares the kept tokens against."""
-        lo, k = self.lo, rows.shape[0]
-        self.backend.fork(k, self.start + lo)
-        logits = self.backend.step(rows[:, lo:], self.start + lo, self.valid - lo, False, self.action)
+        self.backend.fork(rows.shape[0], self.start + self.lo)
+        self.stats.tree_forwards += 1
+        self.stats.tree_rows += rows.shape[0]
+        return self._step(rows, False)
+
+    def _step(self, x: torch.Tensor, bidirectional: bool) -> torch.Tensor:
+        lo, k = self.lo, x.shape[0]
+        logits = self.backend.step(x[:, lo:], self.start + lo, self.valid - lo, bidirectional, self.action)
         self.stats.forwards += 1
         self.stats.tokens_processed += k * (self.valid - lo)
         self.stats.forwards_per_section[self.section] = self.stats.forwards_per_section.get(self.section, 0) + 1
-        self.stats.tree_forwards += 1
-        self.stats.tree_rows += k
-        self._causal_x = rows[:1].clone()
-        self._causal_last = logits[:1, self.valid - 1 - lo]
+        if bidirectional:
+            self._causal_x = None
+        else:  # the cache's first self.n rows hold these tokens' causal K/V
+            self._causal_x = x[: self.n].clone()
+            self._causal_last = logits[: self.n, self.valid - 1 - lo]
         if lo == 0:
             return torch.cat([self.carry[:, None].expand(k, -1, -1), logits[:, :-1]], dim=1)
+        # entry lo + 1 + i is predicted by window position lo + i; entries up to lo are closed positions
         return torch.cat([logits.new_zeros(k, lo + 1, logits.shape[-1]), logits[:, :-1]], dim=1)
 
     def probs(self, pred_logits: torch.Tensor) -> torch.Tensor:

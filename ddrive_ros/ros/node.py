@@ -340,9 +340,7 @@ class PlannerCore:
         self.stamps[key].tick(stamp, self._now())
         with self._lock:
             self.sync.add_image(camera, stamp, rgb)
-        if self._awaiting_set and not self._busy and self._active and self._hand_over(self._now(), catch_up=True):
-            self._awaiting_set = False
-            self.late_sets += 1
+        self._plan_waiting_set()
 
     def _on_odom(self, msg: Odometry) -> None:
         self.received["odometry"] += 1
@@ -356,7 +354,11 @@ class PlannerCore:
         self.stamps["odometry"].tick(state[0], self._now())
         with self._lock:
             self.sync.add_odometry(OdomSample(*state))
-        # a set that waited for this odometry (Synchronizer: odom_wait_s) is planned now, not at the next tick
+        self._plan_waiting_set()
+
+    def _plan_waiting_set(self) -> None:
+        """After a tick that found no new set, the input that completes one (a camera frame, or the odometry
+        a frame waited for: Synchronizer's odom_wait_s) has it planned at once instead of at the next tick."""
         if self._awaiting_set and not self._busy and self._active and self._hand_over(self._now(), catch_up=True):
             self._awaiting_set = False
             self.late_sets += 1
