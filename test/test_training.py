@@ -2,6 +2,8 @@
 the state resumes from safetensors; the curriculum and schedule behave."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -246,3 +248,36 @@ def test_context_swap_gives_rows_another_rows_explanation_unsupervised_and_keeps
     after = torch.as_tensor(layout.section > layout.schema.section_names.index("explanation"))
     assert not ex_lab[~rows][:, after].any() and torch.equal(ex_lab[rows], new_lab[rows])
     assert torch.equal(ex_lab[~rows][:, ~after], labelled[~rows][:, ~after])
+
+
+def test_transfer_copies_every_fitting_weight_and_shared_token_rows_across_schemas():
+    from ddrive_ros.training.transfer import transfer_weights
+
+    source = ckpt.build_random("tiny", "trajectory_only", block_size=16, seed=1)
+    target = ckpt.build_random("tiny", "fast_ddrive", block_size=32, seed=2)
+    before = {k: v.clone() for k, v in target.model.state_dict().items()}
+    report = transfer_weights(target, source)
+    src, dst = source.model.state_dict(), target.model.state_dict()
+    for name in report.copied:
+        assert torch.equal(dst[name], src[name]), name
+    assert any(n.startswith("backbone.layers.") for n in report.copied)
+    assert any(n.startswith("vision.") for n in report.copied)
+    emb = "backbone.embed.weight"
+    shared = [t for t in target.tokenizer.tokens if source.tokenizer.has(t)]
+    assert report.shared_tokens == len(shared) and "<nav:TURN_LEFT>" in shared and "trajectory" in shared
+    for tok in ("<nav:TURN_LEFT>", "trajectory"):
+        assert torch.equal(dst[emb][target.tokenizer.id(tok)], src[emb][source.tokenizer.id(tok)])
+    only_target = next(t for t in target.tokenizer.tokens if not source.tokenizer.has(t))
+    i = target.tokenizer.id(only_target)
+    assert torch.equal(dst[emb][i], before[emb][i])  # a token the source never had keeps its initialisation
+    assert report.copied_weights / report.total_weights > 0.9
+
+
+def test_transfer_refuses_a_different_backbone():
+    from ddrive_ros.training.transfer import transfer_weights
+
+    target = ckpt.build_random("tiny", "fast_ddrive", block_size=32, seed=2)
+    other = ckpt.build_random("tiny", "trajectory_only", block_size=16, seed=1)
+    other.config = dataclasses.replace(other.config, backbone=dataclasses.replace(other.config.backbone, layers=3))
+    with pytest.raises(ValueError, match="same backbone"):
+        transfer_weights(target, other)

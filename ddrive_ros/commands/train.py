@@ -42,6 +42,14 @@ def run(args: argparse.Namespace) -> int:
         if start.schema.name != cfg.schema or start.config.to_dict()["backbone"] != bundle.config.to_dict()["backbone"]:
             raise ValueError(f"init checkpoint {cfg.init} does not match model {cfg.model} / schema {cfg.schema}")
         bundle.model.load_state_dict(start.model.state_dict())
+    if cfg.transfer:  # another schema's checkpoint: the weights that fit, shared tokens by their string
+        from ddrive_ros.training.transfer import transfer_weights
+
+        if cfg.init:
+            raise ValueError("init and transfer are exclusive: init starts from a checkpoint of this schema, "
+                             "transfer from another schema's")
+        report = transfer_weights(bundle, ckpt.load(cfg.transfer))
+        print(f"transfer from {cfg.transfer}: {report.summary()}")
     codec = Codec(Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size))
     samples = load_samples(cfg.data)
     if not samples:

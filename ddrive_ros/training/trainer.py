@@ -52,6 +52,7 @@ class TrainConfig:
     data: dict[str, Any] | list[dict[str, Any]] = field(default_factory=lambda: {"source": "world", "seed": 0, "episodes": 40})
     threads: int = 0
     init: str = ""  # start from this checkpoint's weights (fine-tuning) instead of a random model
+    transfer: str = ""  # start from another schema's checkpoint where its weights fit (training/transfer.py)
     repair: float = 0.0  # fraction of batch rows trained to repair a perturbed trajectory (AutoEdit)
     repair_spec: dict[str, Any] = field(default_factory=dict)  # RepairSpec fields (training/perturb.py)
     repair_only: bool = False  # train on the repair term alone (no plain AR / diffusion loss)
