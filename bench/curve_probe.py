@@ -96,19 +96,29 @@ def label_stats(sources: list[tuple[int, int]]) -> dict:
                 if meta.lateral != "STRAIGHT":
                     continue
                 text = explanation(ep, k, meta, critical_objects(ep, k))
+                said = 1.0 if "curve of the road to the left" in text else -1.0 if "curve of the road to the right" in text else 0.0
                 rows.append(("keeping its lane" in text, "following the curve" in text,
-                             bool(np.all(np.abs(future[:, 1]) < 0.05)), abs(float(future[-1, 1])) > 1.0))
+                             bool(np.all(np.abs(future[:, 1]) < 0.05)), abs(float(future[-1, 1])) > 1.0,
+                             said, float(np.sign(future[-1, 1]))))
             ep.clear_cache()
-    keep, follow, zero, bent = (np.array(c) for c in zip(*rows))
+    keep, follow, zero, bent, said, sign = (np.array(c) for c in zip(*rows))
+    sided = follow & (said != 0) & bent
     return {"sources": [list(x) for x in sources], "straight_samples": len(rows),
-            "keeping_its_lane": {"n": int(keep.sum()), "share_with_every_y_zero": round(float(zero[keep].mean()), 3)},
-            "following_the_curve": {"n": int(follow.sum()), "share_with_abs_y_end_over_1m": round(float(bent[follow].mean()), 3)}}
+            "keeping_its_lane": {"n": int(keep.sum()), "share_with_every_y_zero": round(float(zero[keep].mean()), 3),
+                                 "share_with_abs_y_end_over_1m": round(float(bent[keep].mean()), 3)},
+            "following_the_curve": {"n": int(follow.sum()), "share_with_abs_y_end_over_1m": round(float(bent[follow].mean()), 3),
+                                    # where the sentence names a side (route sentences labelled from the road ahead)
+                                    "bent_ones_to_the_side_it_names": round(float((said[sided] == sign[sided]).mean()), 3)
+                                    if sided.any() else None}}
 
 
 def bends(ys: np.ndarray, labels: np.ndarray) -> dict:
     bent = np.abs(ys) >= 0.05
     return {"bent": int(bent.sum()), "bent_to_the_expert_side": int((np.sign(ys[bent]) == np.sign(labels[bent])).sum()),
-            "mean_abs_y_error_m": round(float(np.mean(np.abs(ys - labels))), 2)}
+            "mean_abs_y_error_m": round(float(np.mean(np.abs(ys - labels))), 2),
+            "mean_abs_y_m": round(float(np.mean(np.abs(ys))), 2), "mean_abs_expert_y_m": round(float(np.mean(np.abs(labels))), 2),
+            # how far the plan's end offset follows the expert's (0: unrelated or constant, 1: proportional)
+            "corr_with_expert_y": round(float(np.corrcoef(ys, labels)[0, 1]), 3) if np.std(ys) > 0 else 0.0}
 
 
 def main(argv=None) -> int:

@@ -283,3 +283,29 @@ def test_sample_fields_and_frames():
     assert s.objects_yaw.shape == (a, 20) and len(s.objects_kind) == a
     with pytest.raises(ValueError):
         make_sample(ep, 10)  # only 1 s of past
+
+
+def test_route_sentence_names_the_bend_ahead_and_its_side_where_the_expert_bends():
+    """The route sentence is read off the road the plan will cover (docs/training.md, "why y = 0 at curves"):
+    where a lane-keeping expert's 5 s future bends by more than 1 m, the sentence says "following the curve"
+    and names the side the future bends to; "keeping its lane" never sits above such a future."""
+    from ddrive_ros.sample import future_in_range
+    from ddrive_ros.trajectory import world_to_ego
+
+    bent_named = bent_total = 0
+    curve_episodes = [Episode(s, 12.0) for s in episode_seeds(3, 60) if sample_scenario(s).kind == "curve"][:6]
+    assert curve_episodes
+    for ep in curve_episodes:
+        for frame in valid_anchor_frames(ep, 0.5):
+            k = ep.frames[frame].step
+            future = world_to_ego(ep.ego_xy[k + np.round(FUTURE_TIMES / ep.dt).astype(int)], ep.ego_xy[k],
+                                  float(ep.ego_yaw[k]))
+            meta = meta_behavior(ep, k)
+            if not future_in_range(future) or meta.lateral != "STRAIGHT" or abs(future[-1, 1]) <= 1.0:
+                continue
+            text = explanation(ep, k, meta, critical_objects(ep, k))
+            assert "keeping its lane" not in text, (ep.seed, k, text)
+            bent_total += 1
+            side = "left" if future[-1, 1] > 0 else "right"
+            bent_named += f"following the curve of the road to the {side}" in text
+    assert bent_total >= 10 and bent_named >= 0.9 * bent_total, (bent_named, bent_total)

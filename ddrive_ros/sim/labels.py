@@ -304,15 +304,39 @@ def _route_sentence(ep, k: int, meta: MetaBehavior, reason: Reason, objects: dic
                 f"so the ego vehicle is changing lanes .")
     if cmd in ("TURN_LEFT", "TURN_RIGHT"):
         return f"the ego vehicle will turn {'left' if cmd == 'TURN_LEFT' else 'right'} at the intersection ahead ."
+    kappa = _curvature_ahead(ep, k)
     if cmd in ("CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT"):
-        return f"the ego vehicle will change to the {'left' if cmd == 'CHANGE_LANE_LEFT' else 'right'} lane ."
+        change = f"will change to the {'left' if cmd == 'CHANGE_LANE_LEFT' else 'right'} lane ."
+        if kappa != 0.0:  # the plan bends with the road before the change starts
+            return f"the ego vehicle is following the curve of the road to the {_side(kappa)} and {change}"
+        return f"the ego vehicle {change}"
     if cmd == "STOP" and reason.kind != "stop_command":
         return "the navigation command requires a stop ahead ."
     if objects["intersection_ahead"]:
         return "the ego vehicle will continue straight at the intersection ."
-    if reason.kind == "curve" or abs(ep.scenario.road_map.main.ref.curvature_at(ep.ego_main_sd[k, 0])) > 1e-3:
-        return "the ego vehicle is following the curve of the road ."
+    if kappa != 0.0:
+        return f"the ego vehicle is following the curve of the road to the {_side(kappa)} ."
     return "the ego vehicle is keeping its lane ."
+
+
+ROUTE_HORIZON_S = 5.0  # the trajectory's horizon: the road the plan will bend along
+ROUTE_REACH_M = (15.0, 60.0)  # at least what a crawl covers, at most what the cameras resolve
+CURVE_KAPPA = 1e-3  # 1/m: a radius under 1 km counts as a curve
+
+
+def _curvature_ahead(ep, k: int) -> float:
+    """The signed curvature of largest magnitude on the main road over the stretch the ego covers within the
+    trajectory's horizon at its current speed (15-60 m ahead of it), 0.0 where that stretch is straight.
+
+    What the route sentence names: the bend the cameras show ahead and the plan must follow, with its side.
+    (It used to be the curvature under the ego alone, so at a curve's start the sentence said "keeping its
+    lane" above a bent future, and the trajectory learnt to go straight whenever its text said so:
+    docs/training.md, "why y = 0 at curves".)"""
+    ref = ep.scenario.road_map.main.ref
+    reach = float(np.clip(ep.ego_v[k] * ROUTE_HORIZON_S, *ROUTE_REACH_M))
+    kappa = np.asarray(ref.curvature_at(ep.ego_main_sd[k, 0] + np.arange(0.0, reach + 1e-9, 2.0)))
+    i = int(np.argmax(np.abs(kappa)))
+    return float(kappa[i]) if abs(kappa[i]) > CURVE_KAPPA else 0.0
 
 
 def explanation(ep, k: int, meta: MetaBehavior, objects: dict[str, bool]) -> str:
