@@ -148,6 +148,9 @@ def main(argv=None) -> int:
             told = np.array(["curve" in (s.labels.explanation or "") for s in samples])
             row["own_explanation_mentions_the_curve"] = int(said.sum())
             row["expert_explanation_mentions_the_curve"] = int(told.sum())
+            sides = ["left" if y > 0 else "right" for y in labels]
+            row["own_explanation_names_the_expert_side"] = int(sum(f"curve of the road to the {side}" in (p.explanation or "")
+                                                                for p, side in zip(plans, sides)))
             pinned = np.array([pinned_plan(planner, s, "explanation")[-1, 1] for s in tqdm(samples, desc="pinned", leave=False)])
             row["expert_explanation_pinned"] = bends(pinned, labels)
             row["expert_explanation_pinned"]["bent_where_it_says_curve"] = int((np.abs(pinned[told]) >= 0.05).sum())
