@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if args.steps:
         cfg.steps = args.steps
     bundle = ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed)
+    if cfg.init and cfg.transfer:
+        raise ValueError("init and transfer are exclusive: init starts from a checkpoint of this schema, "
+                         "transfer from another schema's")
     if cfg.init:  # fine-tune: same architecture and schema, weights from an existing checkpoint
         start = ckpt.load(cfg.init)
         if start.schema.name != cfg.schema or start.config.to_dict()["backbone"] != bundle.config.to_dict()["backbone"]:
@@ -45,9 +48,6 @@ def run(args: argparse.Namespace) -> int:
     if cfg.transfer:  # another schema's checkpoint: the weights that fit, shared tokens by their string
         from ddrive_ros.training.transfer import transfer_weights
 
-        if cfg.init:
-            raise ValueError("init and transfer are exclusive: init starts from a checkpoint of this schema, "
-                             "transfer from another schema's")
         report = transfer_weights(bundle, ckpt.load(cfg.transfer))
         print(f"transfer from {cfg.transfer}: {report.summary()}")
     codec = Codec(Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size))

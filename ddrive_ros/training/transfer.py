@@ -52,6 +52,7 @@ def transfer_weights(target, source) -> TransferReport:
     report = TransferReport(total_weights=sum(v.numel() for v in dst.values() if v.is_floating_point()))
     pairs = [(target.tokenizer.id(t), source.tokenizer.id(t)) for t in target.tokenizer.tokens if source.tokenizer.has(t)]
     report.shared_tokens = len(pairs)
+    ti, si = (torch.tensor(list(ix), dtype=torch.long) for ix in zip(*pairs)) if pairs else (None, None)
     new = {}
     for name, value in dst.items():
         if name in VOCAB_TENSORS:
@@ -60,7 +61,6 @@ def transfer_weights(target, source) -> TransferReport:
                 continue
             rows = value.clone()
             if pairs:
-                ti, si = (torch.tensor(list(ix)) for ix in zip(*pairs))
                 rows[ti] = src[name][si].to(rows.dtype)
                 report.copied_weights += len(pairs) * value.shape[1]
             new[name] = rows
