@@ -16,10 +16,11 @@ from ddrive_ros.ros.listener import Listener
 from conftest import node_with_feed
 
 DOMAIN = os.getpid() % 200 + 20 + 10
-PERIOD = 0.5
+PERIOD = 1.0
+TIMEOUT = 2.5  # plan_timeout_s: a random tiny plan takes 0.65-1.0 s on an AVX2-only 2-core CI machine under this load
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
         "planning_rate_hz": int(1 / PERIOD),  # an int for a double, on the command line
-        "plan_timeout_s": 0.6, "diagnostics_rate_hz": 4.0, "sync_tolerance_s": 0.05}
+        "plan_timeout_s": TIMEOUT, "diagnostics_rate_hz": 4.0, "sync_tolerance_s": 0.05}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def _counts(listener: Listener) -> dict[str, int]:
 def test_side_cameras_40ms_late_lose_no_ticks(live):
     listener, node = live
     before = _counts(listener)
-    time.sleep(6.0)
+    time.sleep(12.0)
     after = _counts(listener)
     d = {k: after[k] - before[k] for k in ("ticks", "plans", "skipped_ticks", "no_new_set", "catch_ups")}
     assert d["ticks"] >= 10, d
@@ -149,8 +150,10 @@ def test_hung_planner_fallback_and_error_then_recovery(live):
                                      if t > t_set and "planning" in st and st["planning"][0] == 2], 10, "an ERROR")
     t_err, status = err[0]
     assert plan["reason"] == "planner hung" and "hung" in status[1], (plan["reason"], status[1])
-    # the hang starts at the first tick after the set (<= 1 period); fallback and ERROR within 2 periods of it
-    assert t_fb - t_set <= 3 * PERIOD + 0.25 and t_err - t_set <= 3 * PERIOD + 0.25, (t_fb - t_set, t_err - t_set)
+    # the hang starts at the first tick after the set (<= 1 period); fallback and ERROR at the first tick after
+    # plan_timeout_s inside it
+    bound = 2 * PERIOD + TIMEOUT + 0.25
+    assert t_fb - t_set <= bound and t_err - t_set <= bound, (t_fb - t_set, t_err - t_set)
     assert status[2]["fallback_active"] == "True"
     # recovery: the hang ends, the late plan is dropped, fresh plans and OK return
     assert listener.set_parameters(debug_plan_delay_s=0.0)[0].successful

@@ -16,7 +16,11 @@ from ddrive_ros.ros.replay import ReplayOptions, replay
 DOMAIN = os.getpid() % 200 + 20
 START = 100.0  # bag start time (s)
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
-        "planning_rate_hz": 5.0, "max_input_age_s": 0.5}
+        "planning_rate_hz": 5.0, "max_input_age_s": 0.5,
+        # well above a plan's time (1.0-1.5 s for a random tiny plan beside the replay on an AVX2-only 2-core
+        # machine; the 1 s default dropped them late): these tests are about the pipeline, test_ros_live.py
+        # tests the watchdog
+        "plan_timeout_s": 5.0}
 
 
 def _run(tmp_path, bag, domain_offset: int, **params):
