@@ -4,8 +4,8 @@ Weights of the MatMul/Gemm layers are stored as int8 with per-tensor scales;
 activations are quantised on the fly per call. It is an option, not the
 default: it changes the numbers, so plans can differ from fp32 (bench/cpu_speed.py
 reports the token match rate and the trajectory difference). A quantised copy
-sits next to its source graph and is keyed by the source's sha256, so a new
-export never runs with stale int8 weights.
+sits next to its source graph and is keyed by the source's sha256 and RECIPE, so a new
+export (or a new recipe) never runs with stale int8 weights.
 
 Weights use 7 bits (`reduce_range`): on x86 CPUs without VNNI (AVX2 only) ONNX
 Runtime multiplies u8 activations by s8 weights with VPMADDUBSW, whose 16-bit
