@@ -49,3 +49,19 @@ def test_cpu_speed_stream_drafts_from_the_previous_plan_with_the_same_tokens(tmp
     assert with_prior["prior_blocks_per_plan"] > 0 and without["prior_blocks_per_plan"] == 0
     assert without["token_match_vs_eager_speculative"] == 1.0  # the draft changes the cost, never the plan
     # (that it lowers the cost over a stream is test_previous_plan_draft's: three frames are too few here)
+
+
+def test_fastest_passes_over_a_faster_path_that_moves_the_plans(monkeypatch):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cpu_speed", REPO / "bench" / "cpu_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "cpu_speed", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    rows = [{"path": "torch_eager", "decoder": "speculative", "p50_ms": 300.0, "ade_diff_vs_eager_m": 0.0},
+            {"path": "onnxruntime", "decoder": "speculative", "p50_ms": 255.7, "ade_diff_vs_eager_m": 0.0},
+            {"path": "onnxruntime_int8", "decoder": "speculative", "p50_ms": 248.9, "ade_diff_vs_eager_m": 0.335}]
+    best, passed_over = bench.fastest(rows)
+    assert best["path"] == "onnxruntime" and [r["path"] for r in passed_over] == ["onnxruntime_int8"]
+    rows[2]["ade_diff_vs_eager_m"] = -0.01  # within the gate either way: int8 is the fastest again
+    best, passed_over = bench.fastest(rows)
+    assert best["path"] == "onnxruntime_int8" and passed_over == []
