@@ -72,6 +72,11 @@ def fastest(rows: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, list[dic
     return best, passed_over
 
 
+def moved(rows: list[dict[str, Any]]) -> list[str]:
+    """Passed-over rows as the verdict lists them: path, decoder, p50 and how far the plans moved."""
+    return [f"{r['path']} {r['decoder']} ({r['p50_ms']} ms, dADE {r['ade_diff_vs_eager_m']:+})" for r in rows]
+
+
 @dataclass
 class Run:
     """One (model, decoder, path) planner and what it measured."""
@@ -321,16 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         "full_plan_p50_target_met": best["p50_ms"] <= TARGETS["full_plan_p50_ms"],
         "full_plan_x_ar_target_met": (best.get("x_faster_than_eager_ar") or 0) >= TARGETS["full_plan_x_ar"],
         "quality_gate_max_dade_m": MAX_DADE_M,
-        "full_plan_faster_but_moved_plans": [f"{r['path']} {r['decoder']} ({r['p50_ms']} ms, dADE {r['ade_diff_vs_eager_m']:+})"
-                                             for r in passed_full],
+        "full_plan_faster_but_moved_plans": moved(passed_full),
     }
     if best_traj:
         verdict.update(fastest_trajectory_only_path=best_traj["path"], fastest_trajectory_only_decoder=best_traj["decoder"],
                        trajectory_only_p50_ms=best_traj["p50_ms"],
                        trajectory_only_target_met=best_traj["p50_ms"] <= TARGETS["trajectory_only_p50_ms"],
-                       trajectory_only_faster_but_moved_plans=[
-                           f"{r['path']} {r['decoder']} ({r['p50_ms']} ms, dADE {r['ade_diff_vs_eager_m']:+})"
-                           for r in passed_traj])
+                       trajectory_only_faster_but_moved_plans=moved(passed_traj))
     result = {
         "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
         "machine": {"cpu_count": os.cpu_count(), "threads": args.threads, "platform": platform.platform(),
