@@ -281,3 +281,23 @@ def test_transfer_refuses_a_different_backbone():
     other.config = dataclasses.replace(other.config, backbone=dataclasses.replace(other.config.backbone, layers=3))
     with pytest.raises(ValueError, match="same backbone"):
         transfer_weights(target, other)
+
+
+def test_section_weights_override_the_schemas_and_a_wrong_name_is_an_error():
+    from ddrive_ros.training.losses import DualStreamLoss
+    from ddrive_ros.training.noise import section_weights
+
+    bundle = ckpt.build_random("tiny", "fast_ddrive")
+    layout = Layout(bundle.schema, bundle.tokenizer, 32)
+    names = bundle.schema.section_names
+    base = section_weights(layout)
+    up = section_weights(layout, {"future_meta_behavior": 16.0})
+    meta = layout.section == names.index("future_meta_behavior")
+    assert np.all(up[meta] == 16.0) and np.array_equal(up[~meta], base[~meta])
+    loss = DualStreamLoss(layout, bundle.config.prompt_len, section_weight_overrides={"trajectory": 0.0})
+    assert float(loss.weight[torch.as_tensor(layout.section == names.index("trajectory"))].abs().sum()) == 0.0
+    with pytest.raises(ValueError, match="meta_behaviour"):
+        section_weights(layout, {"meta_behaviour": 4.0})
+    with pytest.raises(ValueError, match=">= 0"):
+        section_weights(layout, {"trajectory": -1.0})
+    assert TrainConfig.from_dict({"section_weights": {"trajectory": 1.0}}).section_weights == {"trajectory": 1.0}

@@ -36,7 +36,8 @@ class LossParts:
 
 
 class DualStreamLoss:
-    def __init__(self, layout: Layout, prompt_len: int, device: torch.device | str = "cpu", bin_sigma: float = 0.0):
+    def __init__(self, layout: Layout, prompt_len: int, device: torch.device | str = "cpu", bin_sigma: float = 0.0,
+                 section_weight_overrides: dict[str, float] | None = None):
         self.layout = layout
         self.p = prompt_len
         self.length = layout.length
@@ -46,7 +47,7 @@ class DualStreamLoss:
         act = torch.as_tensor(layout.action)
         self.action = torch.cat([torch.zeros(prompt_len, dtype=torch.bool), act, act]).to(device)
         self.allowed = torch.as_tensor(layout.allowed).to(device)  # (L, V)
-        self.weight = torch.as_tensor(section_weights(layout)).to(device)
+        self.weight = torch.as_tensor(section_weights(layout, section_weight_overrides)).to(device)
         block = torch.as_tensor(layout.block)
         same_block_prev = torch.zeros(self.length, dtype=torch.bool)
         same_block_prev[1:] = block[1:] == block[:-1]

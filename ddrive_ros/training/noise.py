@@ -29,7 +29,17 @@ def corrupt(ids: torch.Tensor, labelled: torch.Tensor, layout: Layout, mask_id: 
     return torch.where(masked, torch.full_like(ids, mask_id), ids), masked
 
 
-def section_weights(layout: Layout) -> np.ndarray:
-    """(L,) loss weight of each position's section."""
-    w = np.array([s.loss_weight for s in layout.schema.sections], dtype=np.float32)
+def section_weights(layout: Layout, overrides: dict[str, float] | None = None) -> np.ndarray:
+    """(L,) loss weight of each position's section: the schema's `loss_weight`, or for the sections named in
+    `overrides` the weight given there (a training stage that weights one part of the plan up). A name the
+    schema does not have is an error, not a no-op."""
+    overrides = dict(overrides or {})
+    names = [s.name for s in layout.schema.sections]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"section_weights names {unknown}, not sections of schema {layout.schema.name!r}: {names}")
+    bad = {k: v for k, v in overrides.items() if not float(v) >= 0}
+    if bad:
+        raise ValueError(f"section_weights must be >= 0, got {bad}")
+    w = np.array([float(overrides.get(s.name, s.loss_weight)) for s in layout.schema.sections], dtype=np.float32)
     return w[layout.section]

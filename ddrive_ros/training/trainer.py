@@ -68,6 +68,7 @@ class TrainConfig:
     context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
     context_swap_sections: list[str] = field(default_factory=lambda: ["explanation"])
     context_swap_exclusive: bool = False  # later sections learn only in swapped rows (context_swap.py)
+    section_weights: dict[str, float] = field(default_factory=dict)  # section name -> loss weight, instead of the schema's
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
@@ -223,7 +224,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
             current_bs = bs
         if bs not in losses:
             losses[bs] = DualStreamLoss(Layout(bundle.schema, bundle.tokenizer, bs), bundle.config.prompt_len, device,
-                                        cfg.bin_sigma)
+                                        cfg.bin_sigma, cfg.section_weights)
         losses[bs].set_bin_sigma(bin_sigma_at(step, cfg))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
