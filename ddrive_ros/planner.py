@@ -22,6 +22,7 @@ from ddrive_ros.previous_plan import prior_ids
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
+from ddrive_ros.speed_smoothing import smooth_speed_profile
 from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
@@ -147,6 +148,8 @@ class Planner:
         a0 = np.array([obs.accel, obs.speed * obs.yaw_rate])
         curves = np.stack([jmt_interpolate(p.waypoints, p.waypoint_times, v0, a0, OUTPUT_TIMES) for p in plans])
         xy = curves.mean(0)
+        if self.options.speed_smoothing > 0:
+            xy = smooth_speed_profile(xy, OUTPUT_TIMES, obs.speed, obs.accel, self.options.speed_smoothing)
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)
         if len(plans) > 1:

@@ -30,3 +30,6 @@ class PlannerOptions:
     # without a previous plan to draft from (a stream's first plan, a gap, an open-loop sample) the trajectory is
     # drafted from the ego state (ddrive_ros/kinematic_draft.py): fewer forwards, the same greedy plan
     draft_kinematic: bool = True
+    # jerk penalty of the speed profile re-timed along the decoded path (ddrive_ros/speed_smoothing.py); 0: off,
+    # the plan goes through every decoded waypoint exactly
+    speed_smoothing: float = 0.0

@@ -63,6 +63,9 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-draft-previous", action="store_true",
                    help="speculative rows draft every plan cold, not from the previous plan (the forwards it saves)")
+    p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
+                   help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
+                        "default: the planner's)")
     p.add_argument("--tree-rows", type=int, default=1,
                    help="speculative rows: candidate rows per verification (decoding/tree.py; the same plans, fewer forwards)")
     p.add_argument("--tree-depth", type=int, default=1, choices=(1, 2),
@@ -132,6 +135,15 @@ def parse_latency(text: str) -> float | None:
     return value
 
 
+def smoothing_option(args: argparse.Namespace) -> dict:
+    """The planner keyword for --speed-smoothing: none when not given (the planner's default stands)."""
+    if args.speed_smoothing is None:
+        return {}
+    if not args.speed_smoothing >= 0:
+        raise ValueError(f"--speed-smoothing must be >= 0, got {args.speed_smoothing}")
+    return {"speed_smoothing": float(args.speed_smoothing)}
+
+
 def warm_up(planner) -> None:
     """One plan on a blank observation: the first call allocates caches and is many times slower
     than the rest, which in measured-latency mode would hand the first episode a multi-second lag."""
@@ -182,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
         node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
+            if args.ros and args.speed_smoothing is not None:
+                raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and reflect == "oracle":
@@ -206,7 +220,8 @@ def run(args: argparse.Namespace) -> int:
                          if decoder == "speculative" and args.tree_rows != 1 else {})
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
                                                          reflect="off" if oracle else reflect,
-                                                         draft_previous=not args.no_draft_previous))
+                                                         draft_previous=not args.no_draft_previous,
+                                                         **smoothing_option(args)))
                 warm_up(planner)
                 context_of = None
                 if reflect in ("safety", "both"):
@@ -322,7 +337,8 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
     doc = {"rows": rows,
            "config": {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
-                      "ros": bool(args.ros), "num_threads": args.num_threads, **extra},
+                      "ros": bool(args.ros), "num_threads": args.num_threads,
+                      "speed_smoothing": getattr(args, "speed_smoothing", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

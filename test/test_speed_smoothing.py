@@ -1,0 +1,97 @@
+"""The jerk-penalised speed profile keeps the plan's path, its stops and its start state, and removes the
+jerk a 0.1 m waypoint wobble puts into a plan driven through every waypoint exactly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ddrive_ros.speed_smoothing import smooth_speed_profile
+from ddrive_ros.timeline import OUTPUT_TIMES as T
+
+
+def _on_polyline(points: np.ndarray, path: np.ndarray) -> float:
+    """Largest distance from any point to the polyline `path`."""
+    worst = 0.0
+    for p in points:
+        best = np.inf
+        for a, b in zip(path[:-1], path[1:]):
+            ab = b - a
+            u = 0.0 if ab @ ab == 0 else float(np.clip((p - a) @ ab / (ab @ ab), 0.0, 1.0))
+            best = min(best, float(np.hypot(*(a + u * ab - p))))
+        worst = max(worst, best)
+    return worst
+
+
+def _lon_jerk(xy: np.ndarray) -> np.ndarray:
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(np.vstack([[0.0, 0.0], xy]), axis=0).T))])
+    t = np.concatenate([[0.0], T])
+    v = np.diff(s) / np.diff(t)
+    return np.diff(v, 2) / 0.25 ** 2
+
+
+def _wobbly_curve(seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = np.round(10.0 * T + rng.normal(0.0, 0.1, len(T)), 1)  # a decoded plan: 0.1 m bins, a wobble in spacing
+    return np.stack([x, 0.01 * x ** 2], axis=1)
+
+
+def test_weight_zero_returns_the_plan_unchanged():
+    xy = _wobbly_curve()
+    assert np.array_equal(smooth_speed_profile(xy, T, 10.0, 0.0, 0.0), xy)
+
+
+def test_it_keeps_the_path_and_removes_the_wobble_jerk():
+    xy = _wobbly_curve()
+    out = smooth_speed_profile(xy, T, 10.0, 0.0, 0.03)
+    path = np.vstack([[0.0, 0.0], xy])
+    assert _on_polyline(out, path) < 1e-9  # only re-timed along the path, never moved off it
+    assert np.abs(out - xy).max() < 0.3
+    raw, smooth = np.abs(_lon_jerk(xy)).max(), np.abs(_lon_jerk(out)).max()
+    assert raw > 8.0 and smooth < raw / 4, (raw, smooth)
+
+
+def test_a_hard_stop_stays_a_stop_and_is_never_passed_or_reversed():
+    def s_of(t):  # 10 m/s, brake at -5 m/s^2 from 0.5 s, standing at 15 m from 2.5 s
+        return np.where(t < 0.5, 10 * t, np.where(t < 2.5, 5 + 10 * (t - 0.5) - 2.5 * (t - 0.5) ** 2, 15.0))
+
+    xy = np.stack([s_of(T), np.zeros_like(T)], axis=1)
+    out = smooth_speed_profile(xy, T, 10.0, 0.0, 0.1)
+    assert np.all(np.diff(out[:, 0]) >= 0)  # no reversing
+    assert out[:, 0].max() <= 15.0 + 1e-12  # never past the plan's own end
+    assert out[-1, 0] == pytest.approx(15.0)
+    assert np.abs(out - xy).max() < 0.3
+
+
+def test_it_starts_from_the_egos_speed_and_acceleration():
+    # the plan says 8 m/s from the start while the ego drives 10 m/s: the re-timed plan starts at 10
+    xy = np.stack([8.0 * T, np.zeros_like(T)], axis=1)
+    out = smooth_speed_profile(xy, T, 10.0, 0.0, 0.1)
+    assert out[0, 0] / T[0] == pytest.approx(10.0, abs=0.3)
+    assert smooth_speed_profile(np.zeros((len(T), 2)), T, 0.0, 0.0, 0.1).tolist() == np.zeros((len(T), 2)).tolist()
+
+
+@pytest.mark.parametrize("xy, times, weight, match", [
+    (np.zeros((3, 2)), T, 0.1, "one row per time"),
+    (np.zeros((len(T), 2)), T, -1.0, "weight"),
+    (np.zeros((len(T), 2)), T[::-1].copy(), 0.1, "increasing"),
+])
+def test_bad_input_is_refused_with_a_named_error(xy, times, weight, match):
+    with pytest.raises(ValueError, match=match):
+        smooth_speed_profile(xy, times, 5.0, 0.0, weight)
+
+
+def test_the_planner_smooths_its_trajectory_and_leaves_its_tokens_alone():
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.observation import Observation
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    bundle = build_random("tiny", "trajectory_only", seed=3)
+    obs = Observation(images=np.zeros((2, 3, 96, 160, 3), np.uint8), past_xy=np.stack([-np.arange(4, 0, -1) * 3.0,
+                      np.zeros(4)], 1), speed=6.0, accel=0.5, yaw_rate=0.0, nav_command="FOLLOW_LANE", stamp=1.0)
+    plain, plain_ids = Planner(bundle, PlannerOptions(draft_previous=False)).plan_and_ids(obs)
+    smooth, smooth_ids = Planner(bundle, PlannerOptions(draft_previous=False, speed_smoothing=0.1)).plan_and_ids(obs)
+    assert np.array_equal(plain_ids, smooth_ids)
+    assert np.array_equal(plain.waypoints, smooth.waypoints)
+    expected = smooth_speed_profile(plain.trajectory[:, 1:3], T, 6.0, 0.5, 0.1)
+    np.testing.assert_allclose(smooth.trajectory[:, 1:3], expected, atol=1e-9)
