@@ -20,6 +20,9 @@ def register(sub) -> None:
     p.add_argument("--reflect", default="off",
                    help="comma-separated reflect modes (off, autoedit, safety, both); each but off adds a "
                         "'<method>+<mode>' row; safety gets the samples' true road users")
+    p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
+                   help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
+                        "default: the planner's)")
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ddrive_ros.evaluation.evaluate import evaluate, markdown
 
     rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
-                    args.rollout_temperature, args.reflect)
+                    args.rollout_temperature, args.reflect, args.speed_smoothing)
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

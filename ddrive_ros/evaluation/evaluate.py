@@ -135,9 +135,11 @@ def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s:
 
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
              plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature,
-             reflect: str = "off") -> list[dict[str, Any]]:
+             reflect: str = "off", speed_smoothing: float | None = None) -> list[dict[str, Any]]:
     """`reflect`: comma-separated modes (off, autoedit, safety, both); each but off adds a
-    '<method>+<mode>' row after each method's row; safety gets the sample's true road users."""
+    '<method>+<mode>' row after each method's row; safety gets the sample's true road users.
+    `speed_smoothing`: the planner's jerk penalty along the path (None: the planner's default)."""
+    smoothing = {} if speed_smoothing is None else {"speed_smoothing": float(speed_smoothing)}
     bundle = ckpt.load(checkpoint)
     samples = held_out_samples(seed, episodes, per_episode)
     log.info("evaluating on %d samples from held-out episodes (seed %d)", len(samples), seed)
@@ -155,7 +157,7 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
             for name, decoder, knobs, n in chosen for mode in modes]
     for name, decoder, knobs, n, mode in tqdm(runs, desc="methods"):
         planner = Planner(bundle, PlannerOptions(decoder=decoder, knobs=knobs, rollouts=n,
-                                                 rollout_temperature=rollout_temperature, reflect=mode))
+                                                 rollout_temperature=rollout_temperature, reflect=mode, **smoothing))
         observations = shuffled_nav(samples, seed) if name.startswith(SHUFFLED_NAV) else [s.observation for s in samples]
         contexts = [sample_safety_context(s) if mode in ("safety", "both") else None for s in samples]
         plans = [planner.plan(o, c) for o, c in tqdm(list(zip(observations, contexts)), desc=name, leave=False)]

@@ -59,7 +59,7 @@ P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
-REFLECT_PARAMS = ("reflect", "autoedit_tau", "safety_rounds")
+PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "speed_smoothing")  # read once per plan
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -127,7 +127,7 @@ class PlannerCore:
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
             p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"),
             p("draft_previous"), p("tree_rows"), p("tree_depth"))
-        self._apply_reflect_params()
+        self._apply_plan_option_params()
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")
         if self.model_info.get("random_weights"):
@@ -271,8 +271,8 @@ class PlannerCore:
                 self.sync.config.odom_wait_s = self._p("odom_wait_s")
             for st in self.stamps.values():
                 st.max_delay_s = self._p("max_input_age_s")
-        if names & set(REFLECT_PARAMS):
-            self._apply_reflect_params()  # the worker reads the options once per plan
+        if names & set(PLAN_OPTION_PARAMS):
+            self._apply_plan_option_params()  # the worker reads the options once per plan
         if names & set(KNOB_PARAMS):
             from ddrive_ros.decoding.strategies import make_strategy
             from ddrive_ros.ros.model import decoder_knobs
@@ -389,13 +389,15 @@ class PlannerCore:
                 self.stale_obstacles += 1
         return SafetyContext(v0=float(obs.speed), obstacles=boxes)
 
-    def _apply_reflect_params(self) -> None:
+    def _apply_plan_option_params(self) -> None:
         opt = self.planner.options
         if self._p("reflect") in ("autoedit", "both") and self._p("decoder") == "ar":
             raise ValueError("reflect autoedit/both needs a block decoder; decoder ar runs on one-token blocks")
         opt.reflect, opt.autoedit_tau, opt.safety_rounds = (self._p("reflect"), self._p("autoedit_tau"),
                                                             self._p("safety_rounds"))
+        opt.speed_smoothing = self._p("speed_smoothing")
         self.model_info["reflect"] = opt.reflect
+        self.model_info["speed_smoothing"] = opt.speed_smoothing
 
     def _on_nav(self, msg: String) -> None:
         self.received["navigation"] += 1

@@ -78,6 +78,10 @@ PARAMETERS: dict[str, Spec] = {
                          "AutoEdit rewrites a drafted token less than this times as likely as its prediction",
                          range=(0.0, 1.0)),
     "safety_rounds": Spec(_OPT.safety_rounds, P.PARAMETER_INTEGER, "anchor search + inpainting rounds", range=(1, 10)),
+    # ---- trajectory shaping (the next plan uses it)
+    "speed_smoothing": Spec(_OPT.speed_smoothing, P.PARAMETER_DOUBLE,
+                            "jerk penalty of the speed profile re-timed along the decoded path (speed_smoothing.py); "
+                            "0 = the plan goes through every decoded waypoint", range=(0.0, 100.0)),
     # ---- inputs (subscriptions and buffers: read-only)
     "camera_type": Spec("raw", P.PARAMETER_STRING,
                         "raw: subscribe ~/input/camera/<cam>/image (Image); compressed: .../image/compressed",
