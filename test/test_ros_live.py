@@ -137,6 +137,18 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     assert int(inputs[2]["dropped/obstacles_frame"]) >= 1
     assert listener.set_parameters(reflect="off")[0].successful
     listener.node.destroy_publisher(pub)
+    # the speed profile's smoothing is set the same way, at run time, in range only
+    refused = listener.set_parameters(speed_smoothing=-1.0)[0]
+    assert not refused.successful and "speed_smoothing" in refused.reason
+    assert listener.set_parameters(speed_smoothing=0.25)[0].successful
+    t_set = time.monotonic()
+    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
+                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
+    assert float(planning[2]["speed_smoothing"]) == 0.25
+    got = listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
+                            "a smoothed plan")
+    assert got[-1]["model"]["speed_smoothing"] == 0.25
+    assert listener.set_parameters(speed_smoothing=0.0)[0].successful
 
 
 def test_hung_planner_fallback_and_error_then_recovery(live):

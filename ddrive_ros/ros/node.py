@@ -625,7 +625,8 @@ class PlannerCore:
         else:
             inputs = Status(0, "inputs fresh", values)
 
-        values = {"reflect": self._p("reflect"), "reflect_edited_tokens": self.reflect_edits,
+        values = {"reflect": self._p("reflect"), "speed_smoothing": self._p("speed_smoothing"),
+                  "reflect_edited_tokens": self.reflect_edits,
                   "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
                                                       for k in row})) or "none",
