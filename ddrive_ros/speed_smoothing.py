@@ -16,6 +16,12 @@ longitudinal acceleration, minimising
 (a ridge regression with one unknown per interval: closed form, microseconds). The result is made
 non-decreasing (no reversing) and never passes the plan's own end point, then the positions are re-sampled
 along the polyline at the new arc lengths. `weight` 0 returns the plan unchanged.
+
+Smoothing may only make the plan more cautious: at no stamp is the re-timed plan more than `lead_m` further
+along the path than the decoded one. A plan that brakes hard now (a lead vehicle stopping, a pedestrian)
+starts from an acceleration near zero, and a jerk-penalised fit would spread its braking over the first
+second; capped, it brakes as late as the decoded plan allows and no later (measured: without the cap the
+shipped model's plans collided in 11 of 60 validation episodes instead of 7).
 """
 from __future__ import annotations
 
@@ -33,10 +39,15 @@ def _jerk_basis(times: np.ndarray) -> np.ndarray:
     return (a - b) / 6.0
 
 
-def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, weight: float) -> np.ndarray:
+LEAD_M = 0.15  # m: the most the re-timed plan may run ahead of the decoded one (about one 0.1 m bin and a half)
+
+
+def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, weight: float,
+                         lead_m: float = LEAD_M) -> np.ndarray:
     """(K, 2) positions at `times` along the same path as `xy` ((K, 2), ego frame, the ego at the origin at
     t = 0), re-timed to a jerk-penalised speed profile from speed `v0` (m/s) and longitudinal acceleration `a0`
-    (m/s^2). `weight` (s^5, the jerk penalty against squared metres of arc-length error): 0 is no smoothing."""
+    (m/s^2). `weight` (s^5, the jerk penalty against squared metres of arc-length error): 0 is no smoothing.
+    `lead_m`: the most the re-timed plan may be ahead of the decoded one along the path, at any stamp."""
     xy = np.asarray(xy, dtype=float)
     times = np.asarray(times, dtype=float)
     if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] != times.shape[0]:
@@ -60,7 +71,10 @@ def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, 
     dt = np.diff(np.concatenate([[0.0], times]))
     lhs = basis.T @ basis + weight * np.diag(dt)
     jerk = np.linalg.solve(lhs, basis.T @ (s_path[1:] - free))
-    s_new = np.clip(np.maximum.accumulate(free + basis @ jerk), 0.0, total)
+    if not lead_m >= 0:
+        raise ValueError(f"smooth_speed_profile: lead_m must be >= 0, got {lead_m}")
+    # both bounds are non-decreasing in time, so the result is too
+    s_new = np.minimum(np.clip(np.maximum.accumulate(free + basis @ jerk), 0.0, total), s_path[1:] + lead_m)
     # re-sample along the polyline; zero-length segments (a stopped plan) are skipped
     keep = np.concatenate([[True], seg > 1e-9])
     s_knots, knots = s_path[keep], path[keep]

@@ -63,11 +63,22 @@ def test_a_hard_stop_stays_a_stop_and_is_never_passed_or_reversed():
 
 
 def test_it_starts_from_the_egos_speed_and_acceleration():
-    # the plan says 8 m/s from the start while the ego drives 10 m/s: the re-timed plan starts at 10
-    xy = np.stack([8.0 * T, np.zeros_like(T)], axis=1)
+    # the plan says 12 m/s from the start while the ego drives 10 m/s: the re-timed plan starts near 10
+    xy = np.stack([12.0 * T, np.zeros_like(T)], axis=1)
     out = smooth_speed_profile(xy, T, 10.0, 0.0, 0.1)
     assert out[0, 0] / T[0] == pytest.approx(10.0, abs=0.3)
     assert smooth_speed_profile(np.zeros((len(T), 2)), T, 0.0, 0.0, 0.1).tolist() == np.zeros((len(T), 2)).tolist()
+
+
+def test_it_never_runs_ahead_of_a_plan_that_brakes_now():
+    # the ego cruises at 10 m/s with no deceleration yet; the new plan brakes at -6 m/s^2 from t = 0
+    s = np.where(T < 10 / 6, 10 * T - 3 * T ** 2, 10 ** 2 / 12)
+    xy = np.stack([s, np.zeros_like(T)], axis=1)
+    uncapped = smooth_speed_profile(xy, T, 10.0, 0.0, 0.1, lead_m=np.inf)
+    capped = smooth_speed_profile(xy, T, 10.0, 0.0, 0.1, lead_m=0.15)
+    assert (uncapped[:, 0] - s).max() > 0.3  # a jerk-penalised fit alone spreads the braking and runs ahead
+    assert (capped[:, 0] - s).max() <= 0.15 + 1e-12
+    assert np.all(np.diff(capped[:, 0]) >= 0)
 
 
 @pytest.mark.parametrize("xy, times, weight, match", [
