@@ -112,7 +112,7 @@ def load(path: str | Path | None, device: str = "cpu") -> Bundle:
     try:
         doc = yaml.safe_load((folder / CONFIG).read_text())
         cfg = ModelConfig.from_dict(doc["model"])
-    except (yaml.YAMLError, KeyError, TypeError) as e:
+    except (yaml.YAMLError, KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{folder / CONFIG} is not a valid model config: {e}") from e
     schema = Schema.load(folder / SCHEMA)
     tok = Tokenizer.load(folder / TOKENIZER)

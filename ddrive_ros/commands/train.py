@@ -45,11 +45,14 @@ def run(args: argparse.Namespace) -> int:
         if start.schema.name != cfg.schema or start.config.to_dict()["backbone"] != bundle.config.to_dict()["backbone"]:
             raise ValueError(f"init checkpoint {cfg.init} does not match model {cfg.model} / schema {cfg.schema}")
         bundle.model.load_state_dict(start.model.state_dict())
+        set_ego_accel(bundle, start.config.ego_accel)
     if cfg.transfer:  # another schema's checkpoint: the weights that fit, shared tokens by their string
         from ddrive_ros.training.transfer import transfer_weights
 
         report = transfer_weights(bundle, ckpt.load(cfg.transfer))
         print(f"transfer from {cfg.transfer}: {report.summary()}")
+    if cfg.ego_accel is not None:
+        set_ego_accel(bundle, cfg.ego_accel)
     codec = Codec(Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size))
     samples = load_samples(cfg.data)
     if not samples:
@@ -66,3 +69,12 @@ def run(args: argparse.Namespace) -> int:
     (out / "history.json").write_text(json.dumps(history))
     print(f"wrote {out} ({len(data)} samples, final loss {meta['final_loss']:.3f})")
     return 0
+
+
+def set_ego_accel(bundle, on: bool) -> None:
+    """Whether the model reads the ego's acceleration: its config, saved with the checkpoint, says so for
+    training (the dataset's features) and planning alike."""
+    import dataclasses
+
+    bundle.config = dataclasses.replace(bundle.config, ego_accel=bool(on))
+    bundle.model.cfg = bundle.config

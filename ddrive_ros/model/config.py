@@ -48,6 +48,12 @@ class BackboneConfig:
         return self.dim // self.heads
 
 
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"model config {name} must be true or false, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str
@@ -57,6 +63,9 @@ class ModelConfig:
     vocab_size: int = 0  # set from the tokenizer
     output_len: int = 0  # template length of the schema
     block_size: int = 32  # block size the checkpoint was trained for (decoders default to it)
+    # False: the model does not read the ego's measured acceleration (its input is held at 0, in training and
+    # planning alike). Read in the closed loop, it fed a plan-to-plan oscillation (docs/closed_loop.md)
+    ego_accel: bool = True
 
     @property
     def image_tokens(self) -> int:
@@ -87,6 +96,7 @@ class ModelConfig:
             vocab_size=int(d.get("vocab_size", 0)),
             output_len=int(d.get("output_len", 0)),
             block_size=int(d.get("block_size", 32)),
+            ego_accel=_bool(d.get("ego_accel", True), "ego_accel"),
         )
 
     @classmethod

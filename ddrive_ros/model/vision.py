@@ -63,9 +63,12 @@ class VisionEncoder(nn.Module):
         return self.place(x.view(b, n, -1, x.shape[-1]))
 
 
-def ego_features(speed: torch.Tensor, accel: torch.Tensor, yaw_rate: torch.Tensor, past_xy: torch.Tensor) -> torch.Tensor:
-    """Continuous ego state, scaled to order one: (B,), (B,), (B,), (B, P, 2) -> (B, 3 + 2P)."""
-    return torch.cat([(speed / 10.0)[:, None], (accel / 3.0)[:, None], yaw_rate[:, None], past_xy.flatten(1) / 10.0], dim=1)
+def ego_features(speed: torch.Tensor, accel: torch.Tensor, yaw_rate: torch.Tensor, past_xy: torch.Tensor,
+                 use_accel: bool = True) -> torch.Tensor:
+    """Continuous ego state, scaled to order one: (B,), (B,), (B,), (B, P, 2) -> (B, 3 + 2P).
+    `use_accel` False holds the acceleration feature at 0 (a model configured not to read it)."""
+    a = accel / 3.0 if use_accel else torch.zeros_like(accel)
+    return torch.cat([(speed / 10.0)[:, None], a[:, None], yaw_rate[:, None], past_xy.flatten(1) / 10.0], dim=1)
 
 
 class EgoEncoder(nn.Module):

@@ -38,9 +38,9 @@ class DrivingVLA(nn.Module):
         emb = self.backbone.embed
         return torch.cat([emb(bos)[:, None], visual.to(emb.weight.dtype), self.ego(ego.to(emb.weight.dtype)), emb(nav)[:, None]], 1)
 
-    @staticmethod
-    def ego_features(speed, accel, yaw_rate, past_xy) -> torch.Tensor:
-        return ego_features(speed, accel, yaw_rate, past_xy)
+    def ego_features(self, speed, accel, yaw_rate, past_xy) -> torch.Tensor:
+        """The ego-state features this model reads (its config's `ego_accel` says whether acceleration is one)."""
+        return ego_features(speed, accel, yaw_rate, past_xy, self.cfg.ego_accel)
 
     # ------------------------------------------------------------------ cached steps
     def new_cache(self, batch: int, window: int, device=None, dtype=None) -> KVCache:

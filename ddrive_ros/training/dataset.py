@@ -65,7 +65,7 @@ def observation_tensors(observations, cfg: ModelConfig) -> tuple[torch.Tensor, t
             frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
         images.append(frames)
         ego.append(ego_features(torch.tensor([o.speed]), torch.tensor([o.accel]), torch.tensor([o.yaw_rate]),
-                                torch.as_tensor(np.asarray(o.past_xy, dtype=np.float32))[None])[0])
+                                torch.as_tensor(np.asarray(o.past_xy, dtype=np.float32))[None], cfg.ego_accel)[0])
         nav.append(o.nav_command)
     return torch.from_numpy(np.stack(images)), torch.stack(ego).float(), nav
 

@@ -69,6 +69,7 @@ class TrainConfig:
     context_swap_sections: list[str] = field(default_factory=lambda: ["explanation"])
     context_swap_exclusive: bool = False  # later sections learn only in swapped rows (context_swap.py)
     section_weights: dict[str, float] = field(default_factory=dict)  # section name -> loss weight, instead of the schema's
+    ego_accel: bool | None = None  # does the model read the ego's acceleration (model config)? None: the init's / model's
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
