@@ -156,3 +156,20 @@ def test_route_compliance_fails_when_the_ego_ends_a_lane_away():
     assert route_compliance(straight_drive(np.full(n, 8.0))) == 1.0
     trace = straight_drive(np.full(n, 8.0), y_drift=np.linspace(0.0, -3.5, n))
     assert route_compliance(trace) == 0.0
+
+
+def test_accel_swings_count_a_go_stop_oscillation_that_comfort_smooths_away():
+    from ddrive_ros.sim.scorer import accel_swings
+
+    dt = 0.05
+    t = np.arange(0, 6, dt)
+    steady = 5.0 + 0.5 * t  # accelerating gently: no swing
+    assert accel_swings(steady, dt) == 0
+    # alternating +3 / -4 m/s^2 every 0.2 s (a plan that says go, then stop, at 5 Hz): 2 swings per 0.4 s cycle
+    a = np.where((t // 0.2) % 2 == 0, 3.0, -4.0)
+    v = 5.0 + np.concatenate([[0.0], np.cumsum(a[:-1] * dt)])
+    swings = accel_swings(v, dt)
+    assert 25 <= swings <= 30
+    # a single brake-then-go is one swing each way, and small wobbles inside +-1.5 m/s^2 are none
+    once = np.concatenate([np.full(40, -3.0), np.full(40, 2.0), 0.5 * np.sin(np.arange(40))])
+    assert accel_swings(5.0 + np.concatenate([[0.0], np.cumsum(once * dt)]), dt) == 1

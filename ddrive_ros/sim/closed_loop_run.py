@@ -210,7 +210,8 @@ def run_methods(factories: dict[str, DriverFactory | None], seeds: list[int], op
 
 
 COLUMNS = ["method", "pdms", "nc", "dac", "ep", "ttc", "comfort", "red_light_per_km", "stop_sign_per_km",
-           "route_compliance", "collisions_per_km", "at_fault_collisions_per_km", "mean_speed_mps", "episodes",
+           "route_compliance", "collisions_per_km", "at_fault_collisions_per_km", "mean_speed_mps", "accel_swings_per_min",
+           "episodes",
            "plan_ms_p50", "plan_ms_p90", "latency_ms", "forwards_per_plan"]
 
 

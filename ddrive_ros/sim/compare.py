@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 METRICS = ("pdms", "nc", "dac", "ep", "ttc", "comfort", "route_compliance", "at_fault_collisions",
-           "stop_sign_violations")
+           "stop_sign_violations", "accel_swings")
 
 
 def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:

@@ -17,6 +17,11 @@ EP   ego progress along the route / the expert's progress on the same episode, c
 TTC  1 unless, at some step, the ego (moving) and a road user ahead of its rear axle, both moved on
      at constant velocity and heading, would overlap within TTC_HORIZON_S (and do not overlap now).
 C    nuPlan's comfort bounds on the whole driven trace (smoothed derivatives): 1 inside, else 0.
+
+Not in PDMS, a diagnostic: `accel_swings`, how often the longitudinal acceleration (raw, 20 Hz) swings from
+braking harder than SWING_ACCEL to accelerating harder than it or back. A planner that alternates go and stop
+plan by plan swings at half its rate, and C can miss it: its 0.7 s smoothing window averages a 0.4 s cycle away.
+The expert swings about never.
 """
 from __future__ import annotations
 
@@ -50,6 +55,7 @@ ROUTE_MAX_TOLERANCE_M = LANE_WIDTH  # ... and is never a full lane away from it
 STOP_SIGN_STOPPED = 0.5  # m/s: an ego slower than this within STOP_SIGN_ZONE_M before the line has stopped
 STOP_SIGN_ZONE_M = 5.0  # m
 WEIGHTS = {"ep": 5.0, "ttc": 5.0, "comfort": 2.0}  # NAVSIM's weighted average
+SWING_ACCEL = 1.5  # m/s^2: an acceleration swing goes from below -this to above +this, or back
 
 
 # -- geometry ---------------------------------------------------------------------------------
@@ -156,6 +162,7 @@ class EpisodeScore:
     route_compliance: float
     terminated: str
     comfort_fails: list[str] = field(default_factory=list)
+    accel_swings: int = 0  # diagnostic, not in PDMS (accel_swings())
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -270,6 +277,15 @@ def comfort(trace: EgoTrace) -> tuple[float, list[str]]:
     return (0.0 if fails else 1.0), fails
 
 
+def accel_swings(ego_v: np.ndarray, dt: float, threshold: float = SWING_ACCEL) -> int:
+    """Swings of the raw longitudinal acceleration between below -threshold and above +threshold (hysteresis:
+    values in between keep the last side)."""
+    a = np.diff(np.asarray(ego_v, dtype=float)) / dt
+    side = np.where(a > threshold, 1, np.where(a < -threshold, -1, 0))
+    side = side[side != 0]
+    return int(np.count_nonzero(side[1:] != side[:-1])) if len(side) > 1 else 0
+
+
 def light_violations(trace: EgoTrace) -> tuple[int, int]:
     """(red-light, stop-sign) violations: the front bumper crossing the stop line on red, or
     crossing a stop sign's line without having stopped within STOP_SIGN_ZONE_M before it."""
@@ -314,7 +330,7 @@ def score_episode(trace: EgoTrace, expert_progress_m: float) -> EpisodeScore:
         distance_m=float(step_len.sum()), duration_s=float((len(trace.ego_v) - 1) * trace.dt),
         collisions=len(hits), at_fault_collisions=sum(f for _, _, f in hits), red_light_violations=red,
         stop_sign_violations=stop, route_compliance=route_compliance(trace), terminated=trace.terminated,
-        comfort_fails=fails)
+        comfort_fails=fails, accel_swings=accel_swings(trace.ego_v, trace.dt))
 
 
 def aggregate(method: str, scores: list[EpisodeScore]) -> dict:
@@ -333,6 +349,7 @@ def aggregate(method: str, scores: list[EpisodeScore]) -> dict:
         "collisions_per_km": per_km(sum(s.collisions for s in scores)),
         "at_fault_collisions_per_km": per_km(sum(s.at_fault_collisions for s in scores)),
         "mean_speed_mps": float(km * 1000.0 / (hours * 3600.0)) if hours > 0 else float("nan"),
+        "accel_swings_per_min": float(sum(s.accel_swings for s in scores) / (hours * 60.0)) if hours > 0 else float("nan"),
         "km": km,
         "episodes": len(scores),
     }
