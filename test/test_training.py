@@ -301,3 +301,23 @@ def test_section_weights_override_the_schemas_and_a_wrong_name_is_an_error():
     with pytest.raises(ValueError, match=">= 0"):
         section_weights(layout, {"trajectory": -1.0})
     assert TrainConfig.from_dict({"section_weights": {"trajectory": 1.0}}).section_weights == {"trajectory": 1.0}
+
+
+def test_balancing_by_a_label_field_evens_out_its_classes(world_samples):
+    from ddrive_ros.training.trainer import balance_key, sampling_weights
+
+    bundle = ckpt.build_random("tiny", "fast_ddrive")
+    layout = Layout(bundle.schema, bundle.tokenizer, 32)
+    data = tensorize((list(world_samples) * 6)[:6], Codec(layout), bundle.config)
+    pos = next(i for i, s in enumerate(layout.slots) if s is not None and s.field == "future_meta_behavior.lateral")
+    tok = bundle.tokenizer
+    classes = ["STRAIGHT", "STRAIGHT", "STRAIGHT", "STRAIGHT", "LEFT_TURN", "RIGHT_CHANGE"]
+    data.ids[:, pos] = torch.tensor([tok.id(c) for c in classes])
+    data.labelled[5, pos] = False  # an unlabelled sample is a class of its own
+    key = balance_key(data, layout, "future_meta_behavior.lateral")
+    assert key.tolist()[:5] == [tok.id(c) for c in classes[:5]] and int(key[5]) == -1
+    w = sampling_weights(key, 1.0)
+    assert float(w[4]) == pytest.approx(1 / 3) and float(w[:4].sum()) == pytest.approx(1 / 3)
+    assert torch.equal(balance_key(data, layout, "nav"), data.nav)
+    with pytest.raises(ValueError, match="one-token field"):
+        balance_key(data, layout, "trajectory.waypoints")

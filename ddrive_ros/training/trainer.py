@@ -61,6 +61,7 @@ class TrainConfig:
     trainable: list[str] = field(default_factory=list)  # fnmatch patterns of parameter names to train; empty: all
     anneal: list[float] = field(default_factory=list)  # [from_fraction, to_sigma]: bin_sigma -> to_sigma linearly from there
     balance: float = 0.0  # 0: uniform sampling; 1: every navigation command equally often; between: a mix
+    balance_by: str = "nav"  # what `balance` evens out: "nav" (the command) or a one-token label field, e.g. future_meta_behavior.lateral
     surprise: float = 0.0  # share of sampling weight proportional to a sample's constant-velocity surprise (m)
     surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
@@ -133,6 +134,19 @@ def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor |
             raise ValueError("surprise sampling: every sample follows constant velocity exactly (all surprise 0)")
         w += surprise_share * s / s.sum()
     return w
+
+
+def balance_key(data: TensorData, layout: Layout, by: str) -> torch.Tensor:
+    """(N,) the class each sample is balanced by: its navigation command, or its label in a one-token field
+    (samples without that label form a class of their own, -1). A field that is not one token is an error."""
+    if by == "nav":
+        return data.nav
+    slots = [i for i, slot in enumerate(layout.slots) if slot is not None and slot.field == by]
+    if len(slots) != 1:
+        fields = sorted({slot.field for slot in layout.slots if slot is not None and slot.group.startswith("enum:")})
+        raise ValueError(f"balance_by {by!r} must be 'nav' or a one-token field of schema {layout.schema.name!r}: {fields}")
+    pos = slots[0]
+    return torch.where(data.labelled[:, pos], data.ids[:, pos], torch.full_like(data.ids[:, pos], -1))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -213,7 +227,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     current_bs = None
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
                total=cfg.steps)
-    weights = sampling_weights(data.nav, cfg.balance, data.surprise, cfg.surprise, cfg.surprise_cap)
+    weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
+                               data.surprise, cfg.surprise, cfg.surprise_cap)
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
