@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                      "comfort_fails": s.comfort_fails})
     ax_v.set_ylabel("speed (m/s)")
     ax_a.set_ylabel("acceleration (m/s²)")
-    ax_a.set_xlabel("episode time (s); planners drive from 2 s")
+    ax_a.set_xlabel("time since the planner took over, after the 2 s history (s)")
     ax_v.legend(fontsize=8)
     ax_v.set_title(f"closed loop, episode {args.index} of seed {args.seed} ({runs[0][1].world.scenario.kind})")
     fig.tight_layout()
