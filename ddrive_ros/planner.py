@@ -53,6 +53,8 @@ class Planner:
             modes = (False,) if opt.decoder == "ar" else (True, False)
             captured = self.backend.warmup(self.layout, max(1, opt.rollouts), modes)
             log.info("%s backend: %d step graphs captured at start-up", self.backend.name, captured)
+        if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
+            raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
         self.bos = torch.tensor([self.tokenizer.bos_id])
         self._plans = 0
         self._previous: tuple[Plan, np.ndarray] | None = None  # the last plan and its ids: the next one's draft
@@ -77,7 +79,11 @@ class Planner:
     def _ego(self, obs: Observation) -> torch.Tensor:
         f = lambda v: torch.tensor([float(v)], dtype=torch.float32)  # noqa: E731
         past = torch.as_tensor(np.asarray(obs.past_xy, dtype=np.float32))[None]
-        return self.bundle.model.ego_features(f(obs.speed), f(obs.accel), f(obs.yaw_rate), past)
+        accel = obs.accel
+        if self.options.accel_clip is not None:
+            lo, hi = self.options.accel_clip
+            accel = min(max(accel, lo), hi)
+        return self.bundle.model.ego_features(f(obs.speed), f(accel), f(obs.yaw_rate), past)
 
     def restart_sampling(self) -> None:
         """Sampling seeds restart from options.seed and the previous plan is forgotten, so a run of

@@ -33,3 +33,7 @@ class PlannerOptions:
     # jerk penalty of the speed profile re-timed along the decoded path (ddrive_ros/speed_smoothing.py); 0: off,
     # the plan goes through every decoded waypoint exactly
     speed_smoothing: float = 0.0
+    # (lo, hi) m/s^2: the measured acceleration the model reads is clamped to this range. Training acceleration
+    # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
+    # +3 / -4..-7, values the model never saw. None: read as measured
+    accel_clip: tuple[float, float] | None = None

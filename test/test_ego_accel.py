@@ -60,3 +60,40 @@ def test_the_flag_is_saved_with_the_checkpoint_and_a_wrong_value_is_refused(tmp_
     with pytest.raises(ckpt.CheckpointError, match="ego_accel"):
         ckpt.load(tmp_path / "m")
     assert ModelConfig.from_dict({}).ego_accel is True  # checkpoints from before the flag read acceleration
+
+
+def test_accel_clip_clamps_what_the_model_reads_to_its_range_and_leaves_values_inside_alone():
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    bundle = ckpt.build_random("tiny", "trajectory_only", seed=5)
+    plain = Planner(bundle, PlannerOptions(draft_previous=False, draft_kinematic=False))
+    clipped = Planner(bundle, PlannerOptions(draft_previous=False, draft_kinematic=False, accel_clip=(-2.0, 1.5)))
+    # saturated controller values read as the range's ends
+    assert torch.equal(clipped._ego(_obs(3.0)), plain._ego(_obs(1.5)))
+    assert torch.equal(clipped._ego(_obs(-6.0)), plain._ego(_obs(-2.0)))
+    assert not torch.equal(plain._ego(_obs(3.0)), plain._ego(_obs(1.5)))
+    # inside the range nothing changes
+    assert torch.equal(clipped._ego(_obs(0.7)), plain._ego(_obs(0.7)))
+    ids = [clipped.plan_and_ids(_obs(a))[1] for a in (1.5, 3.0)]
+    assert np.array_equal(ids[0], ids[1])
+
+
+@pytest.mark.parametrize("clip", [(1.0, -1.0), (0.5, 0.5), (1.0,)])
+def test_a_malformed_accel_clip_is_refused(clip):
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    with pytest.raises(ValueError, match="accel_clip"):
+        Planner(ckpt.build_random("tiny", "trajectory_only"), PlannerOptions(accel_clip=clip))
+
+
+def test_the_cli_reads_accel_clip_and_refuses_a_bad_one():
+    import argparse
+
+    from ddrive_ros.commands.sim import accel_clip
+
+    assert accel_clip("-2,1.5") == (-2.0, 1.5)
+    for bad in ("1.5,-2", "2", "a,b"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--accel-clip"):
+            accel_clip(bad)

@@ -5,6 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
+from ddrive_ros.commands.sim import accel_clip
 from ddrive_ros.planner_options import PlannerOptions
 
 
@@ -23,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
+    p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
+                   help="clamp the acceleration the model reads to [LO, HI] m/s^2 (default: the planner's, none)")
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)
@@ -32,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ddrive_ros.evaluation.evaluate import evaluate, markdown
 
     rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
-                    args.rollout_temperature, args.reflect, args.speed_smoothing)
+                    args.rollout_temperature, args.reflect, args.speed_smoothing, args.accel_clip)
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

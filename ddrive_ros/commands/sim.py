@@ -66,6 +66,9 @@ def register(sub) -> None:
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
+    p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
+                   help="clamp the acceleration the model reads to [LO, HI] m/s^2 (e.g. -2,1.5: its training range; "
+                        "default: the planner's, none)")
     p.add_argument("--tree-rows", type=int, default=1,
                    help="speculative rows: candidate rows per verification (decoding/tree.py; the same plans, fewer forwards)")
     p.add_argument("--tree-depth", type=int, default=1, choices=(1, 2),
@@ -144,6 +147,23 @@ def smoothing_option(args: argparse.Namespace) -> dict:
     return {"speed_smoothing": float(args.speed_smoothing)}
 
 
+def accel_clip(text: str) -> tuple[float, float]:
+    """--accel-clip LO,HI -> (lo, hi), lo < hi."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--accel-clip takes LO,HI in m/s^2 (e.g. -2,1.5), got {text!r}") from e
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"--accel-clip needs LO < HI, got {text!r}")
+    return lo, hi
+
+
+def accel_clip_option(args: argparse.Namespace) -> dict:
+    """The planner keyword for --accel-clip: none when not given (the planner's default stands)."""
+    clip = getattr(args, "accel_clip", None)
+    return {} if clip is None else {"accel_clip": clip}
+
+
 def warm_up(planner) -> None:
     """One plan on a blank observation: the first call allocates caches and is many times slower
     than the rest, which in measured-latency mode would hand the first episode a multi-second lag."""
@@ -196,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
             if args.ros and args.speed_smoothing is not None:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
+            if args.ros and args.accel_clip is not None:
+                raise ValueError("--accel-clip applies to in-process planners; the node takes its accel_clip parameter")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and reflect == "oracle":
@@ -221,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous,
-                                                         **smoothing_option(args)))
+                                                         **smoothing_option(args), **accel_clip_option(args)))
                 warm_up(planner)
                 context_of = None
                 if reflect in ("safety", "both"):
@@ -333,12 +355,14 @@ def episode_records(runs: list) -> list[dict]:
 
 def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: dict) -> None:
     from ddrive_ros.sim.breakdown import breakdown
+    from ddrive_ros.timeline import ACCEL_WINDOW_S
 
     doc = {"rows": rows,
            "config": {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
                       "ros": bool(args.ros), "num_threads": args.num_threads,
-                      "speed_smoothing": getattr(args, "speed_smoothing", None), **extra},
+                      "speed_smoothing": getattr(args, "speed_smoothing", None),
+                      "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S, **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -135,11 +135,15 @@ def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s:
 
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
              plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature,
-             reflect: str = "off", speed_smoothing: float | None = None) -> list[dict[str, Any]]:
+             reflect: str = "off", speed_smoothing: float | None = None,
+             accel_clip: tuple[float, float] | None = None) -> list[dict[str, Any]]:
     """`reflect`: comma-separated modes (off, autoedit, safety, both); each but off adds a
     '<method>+<mode>' row after each method's row; safety gets the sample's true road users.
-    `speed_smoothing`: the planner's jerk penalty along the path (None: the planner's default)."""
+    `speed_smoothing`: the planner's jerk penalty along the path (None: the planner's default);
+    `accel_clip`: the (lo, hi) range the model's acceleration input is clamped to (None: the planner's default)."""
     smoothing = {} if speed_smoothing is None else {"speed_smoothing": float(speed_smoothing)}
+    if accel_clip is not None:
+        smoothing["accel_clip"] = tuple(accel_clip)
     bundle = ckpt.load(checkpoint)
     samples = held_out_samples(seed, episodes, per_episode)
     log.info("evaluating on %d samples from held-out episodes (seed %d)", len(samples), seed)
