@@ -86,6 +86,18 @@ def test_ego_inputs_on_a_hand_made_track():
     assert ahead[1] == pytest.approx(track.values[-1, 1] + 0.1 * track.values[-1, 3])
 
 
+def test_a_go_stop_swing_at_half_the_plan_rate_reads_as_no_acceleration():
+    # the closed-loop swing docs/closed_loop.md shows: speed +-0.6 m/s about 6 m/s with a 0.4 s period (half the
+    # 5 Hz plan rate); a steady 1 m/s^2 on top must still read as 1 m/s^2
+    t = np.arange(0, 6.0, 0.05)
+    v = 6.0 + 1.0 * t + 0.6 * np.sin(2 * math.pi * t / 0.4)
+    track = EgoTrack(t, np.cumsum(v) * 0.05, np.zeros_like(t), np.zeros_like(t), v, np.zeros_like(t))
+    reads = [ego_inputs(track, t0)[1] for t0 in np.arange(3.0, 5.0, 0.05)]
+    assert max(abs(a - 1.0) for a in reads) < 0.1
+    # over one 0.2 s half-period the same swing reads as up to +-19 m/s^2 of acceleration
+    assert max(abs((v[k] - v[k - 4]) / 0.2 - 1.0) for k in range(60, 100)) > 5.0
+
+
 def test_match_frames_reasons():
     stamps = {c: np.arange(0.0, 2.01, 0.1) for c in ("left_front", "front", "right_front")}
     rows = match_frames(stamps, 2.0, 0.02)
