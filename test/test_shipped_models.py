@@ -50,6 +50,8 @@ def test_speculative_gives_the_ar_plan_with_at_least_3x_fewer_forwards(name, hel
 def test_tree_verification_and_the_kinematic_draft_keep_the_ar_plan_with_fewer_forwards(held_out):
     """trajectory_only: the ego-state draft replaces the cold plan's diffusion draft, and candidate rows
     confirm about two waypoints per verification (decoding/tree.py): the AR plan, token for token."""
+    from ddrive_ros.evaluation.evaluate import held_out_samples
+
     bundle = ckpt.load("trajectory_only_tiny")
     runs = {"ar": PlannerOptions(decoder="ar"), "diffusion draft": PlannerOptions(draft_kinematic=False),
             "kinematic draft": PlannerOptions(), "tree=16": PlannerOptions(knobs={"tree": 16})}
@@ -61,8 +63,12 @@ def test_tree_verification_and_the_kinematic_draft_keep_the_ar_plan_with_fewer_f
             assert np.array_equal(plan.waypoints, plans["ar"].waypoints), k
             fwd[k].append(plan.stats.forwards)
     mean = {k: float(np.mean(v)) for k, v in fwd.items()}
-    assert mean["kinematic draft"] <= mean["diffusion draft"], mean
     assert mean["tree=16"] < mean["kinematic draft"] and mean["ar"] >= 2.5 * mean["tree=16"], mean
+    # the two cold drafts differ by about half a forward: compared over 40 episodes (one sample each), where
+    # the kinematic draft takes 7.95 forwards against the diffusion draft's 8.45 (over 6 samples they can swap)
+    cold = {k: [planners[k].plan(s.observation).stats.forwards for s in held_out_samples(HELD_OUT_SEED, 40)]
+            for k in ("diffusion draft", "kinematic draft")}
+    assert np.mean(cold["kinematic draft"]) < np.mean(cold["diffusion draft"]), {k: np.mean(v) for k, v in cold.items()}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
