@@ -31,8 +31,9 @@ class PlannerOptions:
     # drafted from the ego state (ddrive_ros/kinematic_draft.py): fewer forwards, the same greedy plan
     draft_kinematic: bool = True
     # jerk penalty of the speed profile re-timed along the decoded path (ddrive_ros/speed_smoothing.py); 0: off,
-    # the plan goes through every decoded waypoint exactly
-    speed_smoothing: float = 0.0
+    # the plan goes through every decoded waypoint exactly. 0.1 lifts both shipped models in closed loop
+    # (validation seed 31, acceleration over 0.8 s: fast_ddrive 0.663 -> 0.691, trajectory_only 0.793 -> 0.847)
+    speed_smoothing: float = 0.1
     # (lo, hi) m/s^2: the measured acceleration the model reads is clamped to this range. Training acceleration
     # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
     # +3 / -4..-7, values the model never saw. None: read as measured
