@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
             if args.ros and args.speed_smoothing is not None:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
             if args.ros and args.accel_clip is not None:
-                raise ValueError("--accel-clip applies to in-process planners; the node takes its accel_clip parameter")
+                raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and reflect == "oracle":
