@@ -39,6 +39,8 @@ class Planner:
         self.codec = Codec(self.layout)
         self.strategy = make_strategy(opt.decoder, **opt.knobs)
         make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
+        if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
+            raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
         if opt.reflect in ("autoedit", "both") and uses_block_size_one(opt.decoder):
             raise ValueError(f"reflect={opt.reflect} needs a block decoder: AutoEdit reads a drafted block in one "
                              f"bidirectional forward, and {opt.decoder} runs on one-token blocks (its greedy plan "
@@ -53,8 +55,6 @@ class Planner:
             modes = (False,) if opt.decoder == "ar" else (True, False)
             captured = self.backend.warmup(self.layout, max(1, opt.rollouts), modes)
             log.info("%s backend: %d step graphs captured at start-up", self.backend.name, captured)
-        if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
-            raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
         self.bos = torch.tensor([self.tokenizer.bos_id])
         self._plans = 0
         self._previous: tuple[Plan, np.ndarray] | None = None  # the last plan and its ids: the next one's draft

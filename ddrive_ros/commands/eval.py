@@ -39,5 +39,11 @@ def run(args: argparse.Namespace) -> int:
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=2))
+        from ddrive_ros.timeline import ACCEL_WINDOW_S
+
+        config = {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
+                  "speed_smoothing": args.speed_smoothing if args.speed_smoothing is not None
+                  else PlannerOptions.speed_smoothing,
+                  "accel_clip": args.accel_clip, "accel_window_s": ACCEL_WINDOW_S}
+        Path(args.json).write_text(json.dumps({"rows": rows, "config": config}, indent=2))
     return 0
