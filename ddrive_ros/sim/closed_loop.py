@@ -28,6 +28,7 @@ from ddrive_ros.sim.controller import VehicleState
 from ddrive_ros.sim.expert import AgentSnapshot, EgoState, ExpertDriver
 from ddrive_ros.sim.idm import IdmParams
 from ddrive_ros.sim.road import Road
+from ddrive_ros.sim.route_command import RouteCommand
 from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_LENGTH, EGO_WHEELBASE, PEDESTRIAN, sample_scenario
 from ddrive_ros.sim.scorer import EGO_HALF, EgoTrace, boxes_overlap, ego_box_centre, on_drivable
 from ddrive_ros.sim.traffic import EgoView, LaneTraffic, walker_state
@@ -90,6 +91,7 @@ class ClosedLoopWorld:
         self.render_s_range = (-40.0, MAX_SPEED_FOR_RANGE * self.duration_s + 160.0)
         self._half = self.agent_size[:, :2] / 2.0
         self._s_main_prev = 0.0
+        self._command = RouteCommand(sc.nav_command, sc.ego.route)
         self._image_cache: dict[tuple[int, object], np.ndarray] = {}
         self.k = 0
         self.done = False
@@ -144,10 +146,7 @@ class ClosedLoopWorld:
         s_m, d_m = main.ref.project(np.array([[e.x, e.y]]), self._s_main_prev - 10.0, self._s_main_prev + 30.0)
         self._s_main_prev = float(s_m[0])
         self.ego_main_sd[k] = (s_m[0], d_m[0])
-        cmd = sc.nav_command
-        if cmd in ("TURN_LEFT", "TURN_RIGHT", "CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT") and e.s > sc.ego.route.maneuver_span[1]:
-            cmd = "FOLLOW_LANE"  # manoeuvre done
-        self.nav_command[k] = cmd
+        self.nav_command[k] = self._command.at(e.s, float(d_m[0]))
         self.light[k] = self.light_state(k) or ""
         # the end of the episode: collision, off the carriageway, or out of time
         centre = ego_box_centre(self.ego_xy[k], np.array(e.yaw))

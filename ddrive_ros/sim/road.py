@@ -146,6 +146,7 @@ class Route:
     maneuver: str  # "follow" | "left_turn" | "right_turn" | "change_left" | "change_right"
     maneuver_span: tuple[float, float] = (np.inf, np.inf)  # route s where the manoeuvre happens
     leaves_main_at: float = np.inf  # route s after which the ego is no longer on the main road
+    target_d: float | None = None  # a lane change's target lane centre, main-road d (None: no lane change)
 
     def speed_limit_at(self, s: np.ndarray | float) -> np.ndarray:
         return np.interp(s, self.path.s, self.speed_limit)
@@ -168,7 +169,7 @@ def lane_change_route(main: Road, lane_from: int, lane_to: int, s_start: float, 
     s_ends, _ = path.project(ends)
     span = (float(s_ends[0]), float(s_ends[1]))
     maneuver = "change_left" if lane_to < lane_from else "change_right"
-    return Route(path, np.full(len(path.s), v_limit), maneuver, span)
+    return Route(path, np.full(len(path.s), v_limit), maneuver, span, target_d=d1)
 
 
 def turn_route(main: Road, cross: Road, inter: Intersection, direction: str, s_lo: float,

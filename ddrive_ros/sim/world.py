@@ -16,9 +16,11 @@ from functools import cached_property
 
 import numpy as np
 
+from ddrive_ros.sim.drift import Drift
 from ddrive_ros.sim.expert import AgentSnapshot, EgoState, ExpertDriver, Reason
 from ddrive_ros.sim.idm import IdmParams
 from ddrive_ros.sim.road import Road
+from ddrive_ros.sim.route_command import RouteCommand
 from ddrive_ros.sim.scenario import (
     EGO_CENTER_OFFSET,
     EGO_WHEELBASE,
@@ -54,9 +56,11 @@ class Episode:
     """
 
     def __init__(self, seed: int, duration_s: float = 12.0, params: IdmParams | None = None,
-                 scenario: Scenario | None = None) -> None:
+                 scenario: Scenario | None = None, drift: Drift | None = None) -> None:
         """Episode `seed` of the scenario sampler, or the given scenario (e.g. an edited one). An
-        episode shorter than past + future horizon (7 s) simulates but gives no samples."""
+        episode shorter than past + future horizon (7 s) simulates but gives no samples. `drift`: the
+        expert drifts off its route for a while and recovers (`sim/drift.py`)."""
+        self.drift = drift
         if duration_s < 2 * SIM_DT:
             raise ValueError(f"an episode needs at least two simulation steps, got duration {duration_s} s")
         self.seed = int(seed)
@@ -76,6 +80,7 @@ class Episode:
         traffic = LaneTraffic(sc, params)
         expert = ExpertDriver(sc, params)
         route = sc.ego.route
+        drift = self.drift
         x0, y0 = route.path.point_at(sc.ego.s0)
         ego = EgoState(float(x0), float(y0), float(route.path.heading_at(sc.ego.s0)), sc.ego.v0, sc.ego.s0)
 
@@ -109,7 +114,7 @@ class Episode:
         half_len = self.agent_size[:, 0] / 2
         half_wid = self.agent_size[:, 1] / 2
         s_main_prev = 0.0
-        span_end = route.maneuver_span[1]
+        command = RouteCommand(sc.nav_command, route)
         for k in range(T):
             t = k * SIM_DT
             # other agents now
@@ -144,16 +149,13 @@ class Episode:
             s_m, d_m = main.ref.project(np.array([[ego.x, ego.y]]), s_main_prev - 10.0, s_main_prev + 30.0)
             s_main_prev = float(s_m[0])
             self.ego_main_sd[k] = (s_m[0], d_m[0])
-            cmd = sc.nav_command
-            if cmd in ("TURN_LEFT", "TURN_RIGHT", "CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT") and ego.s > span_end:
-                cmd = "FOLLOW_LANE"  # manoeuvre done
-            self.nav_command[k] = cmd
+            self.nav_command[k] = command.at(ego.s, float(d_m[0]))
 
             # decide
             snap = AgentSnapshot(self.agent_xy[:, k], self.agent_yaw[:, k], self.agent_v[:, k], half_len, half_wid,
                                  self.agent_kind)
             accel, reason = expert.longitudinal(ego, t, SIM_DT, snap, traffic, float(d_m[0]))
-            steer = expert.steer(ego)
+            steer = expert.steer(ego, drift.offset_at(t) if drift is not None else 0.0)
             self.reasons.append(reason)
             self.ego_stop_cleared[k] = ego.stop_cleared
 
