@@ -172,10 +172,14 @@ class ExpertDriver:
         return accels[k], options[k][1]
 
     # -- lateral ------------------------------------------------------------------------------
-    def steer(self, ego: EgoState) -> float:
-        """Pure pursuit on the route from the rear axle."""
+    def steer(self, ego: EgoState, offset_m: float = 0.0) -> float:
+        """Pure pursuit on the route from the rear axle; `offset_m` shifts the pursued point that far to
+        the left of the route (negative: right), for drift-and-recover episodes (`sim/drift.py`)."""
         lookahead = float(np.clip(3.0 + 0.45 * ego.v, 4.0, 12.0))
         tx, ty = self.route.path.point_at(ego.s + lookahead)
+        if offset_m:
+            h = float(self.route.path.heading_at(ego.s + lookahead))
+            tx, ty = tx - offset_m * np.sin(h), ty + offset_m * np.cos(h)
         dx, dy = tx - ego.x, ty - ego.y
         c, s = np.cos(ego.yaw), np.sin(ego.yaw)
         lx, ly = c * dx + s * dy, -s * dx + c * dy

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ddrive_ros.observation_recipe import EgoTrack, assemble
 from ddrive_ros.plan import Plan
 from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_sections, label_waypoint_times
+from ddrive_ros.sim.drift import DriftSpec, sample_drift
 from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from ddrive_ros.sim.labels import critical_objects, explanation, meta_behavior
 from ddrive_ros.sim.render import Renderer
@@ -111,14 +112,19 @@ def make_sample(episode: Episode, t0_index: int, renderer: Renderer | None = Non
 
 def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride_s: float = 0.5,
                  frame_spacing_s: float = FRAME_HISTORY_S, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                 progress: bool = False) -> Iterator[Sample]:
-    """Samples of `n_episodes` episodes (seeds from `episode_seeds(seed, n)`), every `stride_s` seconds."""
+                 progress: bool = False, drift: DriftSpec | None = None) -> Iterator[Sample]:
+    """Samples of `n_episodes` episodes (seeds from `episode_seeds(seed, n)`), every `stride_s` seconds.
+    With `drift`, every episode is a drift-and-recover one (`sim/drift.py`, drawn from the episode's seed)
+    and only anchors at or after its drift's end are kept."""
     renderer = default_renderer(width, height)
     skipped = 0
     for ep_seed in tqdm(episode_seeds(seed, n_episodes), desc="episodes", unit="ep", disable=not progress):
-        episode = Episode(ep_seed, duration_s)
+        d = sample_drift(np.random.default_rng([ep_seed, 0xD1F7]), drift) if drift is not None else None
+        episode = Episode(ep_seed, duration_s, drift=d)
         track = ego_track(episode)
         for index in valid_anchor_frames(episode, stride_s):
+            if d is not None and episode.frames[index].t < d.end_s - 1e-9:
+                continue
             sample = make_sample(episode, index, renderer, frame_spacing_s, track)
             if not future_in_range(sample.future_xy):
                 skipped += 1
@@ -131,8 +137,10 @@ def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride
 
 def samples_from_world(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride_s: float = 0.5,
                        frame_spacing_s: float = FRAME_HISTORY_S, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                       progress: bool = True) -> Iterator[Sample]:
+                       progress: bool = True, drift: DriftSpec | None = None) -> Iterator[Sample]:
     """Training samples straight from the simulation: the same episodes and anchors that
-    `write_bag((seed, n_episodes))` + `extract_samples` give, without the bag round trip."""
+    `write_bag((seed, n_episodes))` + `extract_samples` give, without the bag round trip (drifting
+    episodes have no bag)."""
     yield from iter_samples(seed, n_episodes, duration_s=duration_s, stride_s=stride_s,
-                            frame_spacing_s=frame_spacing_s, width=width, height=height, progress=progress)
+                            frame_spacing_s=frame_spacing_s, width=width, height=height, progress=progress,
+                            drift=drift)

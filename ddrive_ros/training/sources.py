@@ -6,6 +6,7 @@ from typing import Any
 
 from ddrive_ros.bags.reader import extract_samples
 from ddrive_ros.sample import Sample
+from ddrive_ros.sim.drift import DriftSpec
 from ddrive_ros.sim.sample import samples_from_world
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,14 @@ def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
         return out
     source = data.get("source", "world")
     if source == "world":
+        unknown = set(data) - {"source", "seed", "episodes", "duration_s", "stride_s", "drift"}
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)} in a `source: world` data entry "
+                             f"(source, seed, episodes, duration_s, stride_s, drift)")
+        drift = DriftSpec.from_dict(data["drift"]) if "drift" in data else None
         return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
-                                       duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5))))
+                                       duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5)),
+                                       drift=drift))
     if source == "bags":
         out = []
         for bag in data["bags"]:
