@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddrive_ros.sim.drift import Drift, DriftSpec, sample_drift
+from ddrive_ros.sim.drift import Drift, DriftSpec, episode_drift, sample_drift
 from ddrive_ros.sim.sample import episode_seeds, iter_samples
 from ddrive_ros.sim.world import Episode
 from ddrive_ros.training.sources import load_samples
@@ -53,7 +53,7 @@ def test_drift_samples_are_anchored_after_the_drift_and_the_source_passes_it_on(
     samples = list(iter_samples(8, 3, duration_s=9.0, drift=DriftSpec()))
     assert samples
     for s in samples:
-        d = sample_drift(np.random.default_rng([s.episode_seed, 0xD1F7]), DriftSpec())
+        d = episode_drift(s.episode_seed, DriftSpec())
         assert s.t0 >= d.end_s - 1e-9
     plain = list(iter_samples(8, 3, duration_s=9.0))
     assert len(samples) < len(plain)

@@ -64,6 +64,11 @@ class DriftSpec:
         return spec
 
 
+def episode_drift(episode_seed: int, spec: DriftSpec = DriftSpec()) -> Drift:
+    """The drift of a drifting episode, drawn from the episode's own seed (the same every run)."""
+    return sample_drift(np.random.default_rng([int(episode_seed), 0xD1F7]), spec)
+
+
 def sample_drift(rng: np.random.Generator, spec: DriftSpec = DriftSpec()) -> Drift:
     start = float(rng.uniform(*spec.start_s))
     end = start + float(rng.uniform(*spec.duration_s))

@@ -35,7 +35,6 @@ class RouteCommand:
         if not self.done:
             past_end = route_s > self.route.maneuver_span[1]
             target = self.route.target_d
-            in_target = (self.command.startswith("CHANGE_LANE") and target is not None
-                         and abs(main_d - target) < LANE_WIDTH / 2)
+            in_target = target is not None and abs(main_d - target) < LANE_WIDTH / 2  # set for lane changes only
             self.done = past_end or in_target
         return "FOLLOW_LANE" if self.done else self.command

@@ -16,8 +16,8 @@ from tqdm import tqdm
 from ddrive_ros.observation_recipe import EgoTrack, assemble
 from ddrive_ros.plan import Plan
 from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_sections, label_waypoint_times
-from ddrive_ros.sim.drift import DriftSpec, sample_drift
 from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH
+from ddrive_ros.sim.drift import DriftSpec, episode_drift
 from ddrive_ros.sim.labels import critical_objects, explanation, meta_behavior
 from ddrive_ros.sim.render import Renderer
 from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH
@@ -119,7 +119,7 @@ def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride
     renderer = default_renderer(width, height)
     skipped = 0
     for ep_seed in tqdm(episode_seeds(seed, n_episodes), desc="episodes", unit="ep", disable=not progress):
-        d = sample_drift(np.random.default_rng([ep_seed, 0xD1F7]), drift) if drift is not None else None
+        d = episode_drift(ep_seed, drift) if drift is not None else None
         episode = Episode(ep_seed, duration_s, drift=d)
         track = ego_track(episode)
         for index in valid_anchor_frames(episode, stride_s):
