@@ -18,6 +18,13 @@ def tiny_fast():
 
 
 @pytest.fixture(scope="session")
+def tiny_fast_bins():
+    from ddrive_ros.checkpoint import build_random
+
+    return build_random("tiny", "fast_ddrive_bins", seed=2)
+
+
+@pytest.fixture(scope="session")
 def tiny_traj():
     from ddrive_ros.checkpoint import build_random
 

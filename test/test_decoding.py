@@ -97,7 +97,7 @@ def test_section_diffusion_at_block_size_one_is_ar_greedy(tiny_fast):
     assert torch.equal(ar, diff)
 
 
-@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj"])
+@pytest.mark.parametrize("fixture", ["tiny_fast", "tiny_traj", "tiny_fast_bins"])
 def test_speculative_equals_ar_greedy_and_stays_within_two_forwards_per_token(fixture, request):
     bundle = request.getfixturevalue(fixture)
     ar, ar_stats, _ = run(bundle, TorchBackend, "ar", {})

@@ -27,6 +27,19 @@ def test_trajectory_only_is_sixteen_tokens_in_one_block():
     assert counts("trajectory_only") == [("trajectory", 16, 1)]
 
 
+def test_fast_ddrive_bins_is_fast_ddrive_with_one_bin_token_per_coordinate():
+    assert counts("fast_ddrive_bins") == [("critical_objects", 12, 1), ("explanation", 192, 6),
+                                          ("future_meta_behavior", 6, 1), ("trajectory", 20, 1)]
+    bins, digits, traj = (Schema.load(n) for n in ("fast_ddrive_bins", "fast_ddrive", "trajectory_only"))
+    assert [s.name for s in bins.sections] == [s.name for s in digits.sections]
+    assert bins.sections[:3] == digits.sections[:3]  # only the trajectory differs
+    wb, wt = bins.waypoint_field(), traj.waypoint_field()
+    assert (wb.count, wb.dt) == (10, 0.5)  # fast_ddrive's horizon ...
+    assert (wb.x, wb.y) == (wt.x, wt.y)  # ... in trajectory_only's bins, so its weights transfer token for token
+    tb, tt = Tokenizer.build(bins), Tokenizer.build(traj)
+    assert {t for t in tt.tokens if t.startswith("<bin_")} <= set(tb.tokens)
+
+
 @pytest.mark.parametrize("bs", [1, 8, 16, 32])
 def test_block_counts_follow_ceil_per_section_and_blocks_never_cross_sections(bs):
     schema = Schema.load("fast_ddrive")
