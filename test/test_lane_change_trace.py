@@ -39,8 +39,9 @@ def test_blanked_driver_hands_the_planner_no_motion_of_its_own(trace, planner):
             seen.append(obs)
             return planner.plan(obs)
 
-    seed = episode_seeds(31, 60)[35]  # a right lane change: the ego is turning when it plans
-    trace.trace_episode(Spy(), seed, LoopOptions(duration_s=4.0, latency_ms=200.0), "both")
+    seed = episode_seeds(31, 60)[58]  # a right lane change under way from the first plan (heading -9 deg)
+    r = trace.trace_episode(Spy(), seed, LoopOptions(duration_s=4.0, latency_ms=200.0), "both")
+    assert abs(r["model_yaw_deg"][0]) > 5.0  # so there is motion to blank
     assert seen
     for obs in seen:
         assert obs.yaw_rate == 0.0
