@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from safetensors.torch import load_file, save_file
@@ -42,16 +43,29 @@ class Bundle:
     path: Path | None = None
 
 
-def build_random(config: str | Path, schema: str | Path, block_size: int | None = None, seed: int = 0) -> Bundle:
-    """A model with random weights for a named config and schema (tests, benchmarks)."""
+def build_random(config: str | Path, schema: str | Path, block_size: int | None = None, seed: int = 0,
+                 action_after_prompt: bool = False) -> Bundle:
+    """A model with random weights for a named config and schema (tests, benchmarks). `action_after_prompt`:
+    the trajectory's rotary positions start right after the prompt (ModelConfig.action_rope_shift)."""
     sch = Schema.load(schema)
     tok = Tokenizer.build(sch)
     bs = block_size or sch.default_block_size
-    cfg = ModelConfig.load(config).with_output(len(tok), Layout(sch, tok, bs).length, bs)
+    layout = Layout(sch, tok, bs)
+    cfg = ModelConfig.load(config).with_output(len(tok), layout.length, bs)
+    if action_after_prompt:
+        cfg = replace(cfg, action_rope_shift=first_action_position(layout))
     torch.manual_seed(seed)
     model = DrivingVLA(cfg)
     init_ordinal_embeddings(model, tok)
     return Bundle(model, tok, sch, cfg, {"random_weights": True, "seed": seed})
+
+
+def first_action_position(layout: Layout) -> int:
+    """The first trajectory (action) position's offset in the plan template."""
+    action = np.flatnonzero(np.asarray(layout.action))
+    if not len(action):
+        raise ValueError(f"schema {layout.schema.name!r} has no trajectory positions to move")
+    return int(action[0])
 
 
 @torch.no_grad()

@@ -31,6 +31,18 @@ def test_round_trip_keeps_weights_and_plans(saved):
     assert p2.trajectory.shape == (20, 5) and p2.stats.forwards > 1
 
 
+def test_a_moved_trajectory_survives_the_round_trip_and_a_bad_shift_is_refused(tmp_path):
+    from ddrive_ros.model.config import ModelConfig
+
+    bundle = ckpt.build_random("tiny", "fast_ddrive_bins", seed=4, action_after_prompt=True)
+    again = ckpt.load(ckpt.save(bundle, tmp_path / "moved"))
+    assert again.config.action_rope_shift == bundle.config.action_rope_shift > 0
+    assert again.model.backbone.action_rope_shift == bundle.config.action_rope_shift
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="action_rope_shift"):
+            ModelConfig.from_dict({**bundle.config.to_dict(), "action_rope_shift": bad})
+
+
 @pytest.mark.parametrize("name", ["model.safetensors", "config.yaml", "tokenizer.json", "schema.yaml"])
 def test_a_missing_file_is_named(saved, name):
     _, path = saved

@@ -373,3 +373,27 @@ def test_tree_bench_row_cost_and_plans_tables(tmp_path):
     assert plans["ego-state draft, tree=16"]["rows_per_plan"] > plans["ego-state draft, tree=16"]["forwards_per_plan"]
     assert "| ego-state draft, tree=64x2 |" in run_.stdout
     assert png.stat().st_size > 10_000
+
+
+def test_a_trajectory_moved_after_the_prompt_decodes_cached_as_the_reference_and_is_really_moved():
+    """ModelConfig.action_rope_shift: the trajectory's rotary positions start right after the prompt. The cached
+    decoders and the explicit-mask reference must agree on it, and it must change what the same weights say."""
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.commands.train import set_action_rope_shift
+
+    moved = build_random("tiny", "fast_ddrive_bins", seed=4, action_after_prompt=True)
+    layout = layout_for(moved, "speculative")
+    first = int(np.flatnonzero(np.asarray(layout.action))[0])
+    assert moved.config.action_rope_shift == first > 200  # after the text: 273 positions into the template
+    ids, _, logits = run(moved, TorchBackend, "speculative", {})
+    ref_ids, _, ref_logits = run(moved, ReferenceBackend, "speculative", {})
+    assert torch.equal(ids, ref_ids)
+    assert max((a - b).abs().max().item() for a, b in zip(logits, ref_logits)) < 1e-4
+    unmoved = build_random("tiny", "fast_ddrive_bins", seed=4)
+    set_action_rope_shift(unmoved, 0)
+    ids0, _, _ = run(unmoved, TorchBackend, "speculative", {})
+    traj = torch.as_tensor(np.asarray(layout.action))
+    assert torch.equal(ids[:, ~traj], ids0[:, ~traj])  # the text before the trajectory is untouched
+    _, _, logits0 = run(unmoved, ReferenceBackend, "ar", {})
+    _, _, logits1 = run(moved, ReferenceBackend, "ar", {})
+    assert max((a - b).abs().max().item() for a, b in zip(logits0, logits1)) > 1e-3  # the trajectory's are not

@@ -1,6 +1,7 @@
 """ONNX export and the ONNX Runtime backend against the PyTorch eager reference (CPU, real ONNX Runtime)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 
 pytest.importorskip("onnxruntime")
 
+from ddrive_ros.checkpoint import first_action_position  # noqa: E402
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode  # noqa: E402
 from ddrive_ros.decoding.strategies import make_strategy  # noqa: E402
 from ddrive_ros.model.config import ModelConfig  # noqa: E402
@@ -26,18 +28,22 @@ from ddrive_ros.scaffold.schema import Schema  # noqa: E402
 from ddrive_ros.scaffold.tokenizer import Tokenizer  # noqa: E402
 
 ROWS = 3
-MAIN_BLOCK = {"fast_ddrive": 32, "trajectory_only": 16}
+MAIN_BLOCK = {"fast_ddrive": 32, "trajectory_only": 16, "fast_ddrive_bins": 32}
+SHIFTED = "@trajectory_after_prompt"  # a variant: the trajectory at rotary positions right after the prompt
 TOL = 1e-4
 
 
 class Exported:
-    def __init__(self, schema_name: str, out: Path):
+    def __init__(self, name: str, out: Path):
+        schema_name = name.removesuffix(SHIFTED)
         self.schema = Schema.load(schema_name)
         self.tokenizer = Tokenizer.build(self.schema)
         self.ar = Layout(self.schema, self.tokenizer, 1)
         self.main = Layout(self.schema, self.tokenizer, MAIN_BLOCK[schema_name])
         torch.manual_seed(0)
         cfg = ModelConfig.load("tiny").with_output(len(self.tokenizer), self.main.length)
+        if name.endswith(SHIFTED):
+            cfg = dataclasses.replace(cfg, action_rope_shift=first_action_position(self.main))
         self.model = DrivingVLA(cfg).eval()
         self.dir = out
         self.manifest = export_checkpoint(self.model, [self.ar.window, self.main.window], out, rows=[1, ROWS],
@@ -65,7 +71,7 @@ def export_once(schema_name: str, tmp_path_factory) -> Exported:
     return _EXPORTS[schema_name]
 
 
-@pytest.fixture(scope="module", params=["fast_ddrive", "trajectory_only"])
+@pytest.fixture(scope="module", params=["fast_ddrive", "trajectory_only", "fast_ddrive_bins" + SHIFTED])
 def exported(request, tmp_path_factory) -> Exported:
     return export_once(request.param, tmp_path_factory)
 

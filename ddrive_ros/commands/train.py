@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
         cfg.out = args.out
     if args.steps:
         cfg.steps = args.steps
-    bundle = ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed)
+    bundle = ckpt.build_random(cfg.model, cfg.schema, block_size=int(cfg.curriculum[-1][0]), seed=cfg.seed,
+                                action_after_prompt=cfg.action_after_prompt)
     if cfg.init and cfg.transfer:
         raise ValueError("init and transfer are exclusive: init starts from a checkpoint of this schema, "
                          "transfer from another schema's")
@@ -44,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
         start = ckpt.load(cfg.init)
         if start.schema.name != cfg.schema or start.config.to_dict()["backbone"] != bundle.config.to_dict()["backbone"]:
             raise ValueError(f"init checkpoint {cfg.init} does not match model {cfg.model} / schema {cfg.schema}")
+        if cfg.action_after_prompt and start.config.action_rope_shift != bundle.config.action_rope_shift:
+            raise ValueError(f"action_after_prompt: init checkpoint {cfg.init} has action_rope_shift "
+                             f"{start.config.action_rope_shift}, not {bundle.config.action_rope_shift}")
+        set_action_rope_shift(bundle, start.config.action_rope_shift)  # its weights were trained with it
         bundle.model.load_state_dict(start.model.state_dict())
         set_ego_accel(bundle, start.config.ego_accel)
     if cfg.transfer:  # another schema's checkpoint: the weights that fit, shared tokens by their string
@@ -69,6 +74,16 @@ def run(args: argparse.Namespace) -> int:
     (out / "history.json").write_text(json.dumps(history))
     print(f"wrote {out} ({len(data)} samples, final loss {meta['final_loss']:.3f})")
     return 0
+
+
+def set_action_rope_shift(bundle, shift: int) -> None:
+    """Where the model's trajectory sits in rotary positions (ModelConfig.action_rope_shift): its config and the
+    backbone that applies it."""
+    import dataclasses
+
+    bundle.config = dataclasses.replace(bundle.config, action_rope_shift=int(shift))
+    bundle.model.cfg = bundle.config
+    bundle.model.backbone.action_rope_shift = int(shift)
 
 
 def set_ego_accel(bundle, on: bool) -> None:

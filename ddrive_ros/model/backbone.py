@@ -71,9 +71,10 @@ class Layer(nn.Module):
 
 
 class Backbone(nn.Module):
-    def __init__(self, cfg: BackboneConfig, vocab_size: int, max_len: int):
+    def __init__(self, cfg: BackboneConfig, vocab_size: int, max_len: int, action_rope_shift: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.action_rope_shift = int(action_rope_shift)  # ModelConfig.action_rope_shift
         self.embed = nn.Embedding(vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.dim)
@@ -82,6 +83,26 @@ class Backbone(nn.Module):
         cos, sin = rope_table(cfg.head_dim, max_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+
+    def rope_positions(self, positions: torch.Tensor, action: Action | torch.Tensor) -> torch.Tensor:
+        """Rotary positions of cache positions: trajectory (action) ones sit `action_rope_shift` earlier."""
+        if not self.action_rope_shift:
+            return positions
+        if isinstance(action, bool):
+            return positions - self.action_rope_shift if action else positions
+        return positions - self.action_rope_shift * action.to(positions.dtype)
+
+    def rope_at(self, positions: torch.Tensor, action: Action) -> tuple[torch.Tensor, torch.Tensor]:
+        rp = self.rope_positions(positions, action)
+        return self.rope_cos[rp], self.rope_sin[rp]
+
+    def rope_window(self, start: int, w: int, action: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of a window at cache positions start..start+w-1 (host integers: a slice, no gather)."""
+        r = start - self.action_rope_shift if action else start
+        if r < 0:
+            raise ValueError(f"an action window at {start} with action_rope_shift {self.action_rope_shift} "
+                             "would have negative rotary positions")
+        return self.rope_cos[r:r + w], self.rope_sin[r:r + w]
 
     def logits(self, h: torch.Tensor, action: Action) -> torch.Tensor:
         h = self.norm(h)
@@ -100,7 +121,7 @@ class Backbone(nn.Module):
             raise ValueError(f"a causal window at {start}..{end} attends to keys [0, {end}), got {live}")
         if live > end or live <= start:
             raise ValueError(f"live keys [0, {live}) must end inside the window {start}..{end}")
-        cos, sin = self.rope_cos[start:end], self.rope_sin[start:end]
+        cos, sin = self.rope_window(start, w, action)
         pattern = lower_right_causal(w, live, x.device) if causal else None
         for i, layer in enumerate(self.layers):
             q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)
@@ -117,7 +138,7 @@ class Backbone(nn.Module):
     def forward_masked(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
                        action: Action) -> torch.Tensor:
         """x (B, T, D); mask (B or 1, T, T) bool, True = may attend; returns logits (B, T, V)."""
-        cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        cos, sin = self.rope_at(positions, action)
         mask = mask[:, None]
         for layer in self.layers:
             q, k, v = layer.attn.project(layer.attn_norm(x), cos, sin)

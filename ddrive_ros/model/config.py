@@ -54,6 +54,12 @@ def _bool(value: Any, name: str) -> bool:
     return value
 
 
+def _shift(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"model config action_rope_shift must be an integer >= 0, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     name: str
@@ -66,6 +72,12 @@ class ModelConfig:
     # False: the model does not read the ego's measured acceleration (its input is held at 0, in training and
     # planning alike). Read in the closed loop, it fed a plan-to-plan oscillation (docs/closed_loop.md)
     ego_accel: bool = True
+    # The trajectory (action) positions' rotary positions are their cache positions minus this. 0: every token at
+    # its own position. The full plan's trajectory comes some 270 positions after the prompt's image tokens, where
+    # trajectory_only's comes right after them; a shift equal to the trajectory's offset in the template puts its
+    # rotary positions right after the prompt, as in trajectory_only (`checkpoint.build_random(action_after_prompt=)`).
+    # Attention masks and the cache use the real positions; only the rotation changes.
+    action_rope_shift: int = 0
 
     @property
     def image_tokens(self) -> int:
@@ -97,6 +109,7 @@ class ModelConfig:
             output_len=int(d.get("output_len", 0)),
             block_size=int(d.get("block_size", 32)),
             ego_accel=_bool(d.get("ego_accel", True), "ego_accel"),
+            action_rope_shift=_shift(d.get("action_rope_shift", 0)),
         )
 
     @classmethod

@@ -26,7 +26,7 @@ class DrivingVLA(nn.Module):
         bb = cfg.backbone
         self.vision = VisionEncoder(cfg.vision, bb.dim)
         self.ego = EgoEncoder(3 + 2 * PAST_STEPS, bb.dim, cfg.ego_tokens)
-        self.backbone = Backbone(bb, cfg.vocab_size, cfg.rope_len)
+        self.backbone = Backbone(bb, cfg.vocab_size, cfg.rope_len, cfg.action_rope_shift)
 
     # ------------------------------------------------------------------ prompt
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

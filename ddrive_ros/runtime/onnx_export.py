@@ -170,7 +170,7 @@ class StepGraph(nn.Module):
         # which window slot each key position reads when it lies in the window (0 elsewhere, masked by Where)
         slot = torch.where(in_window, keys - start, torch.zeros_like(keys))
         place = in_window[:, None]  # broadcasts over (n, kv_heads, T, head_dim)
-        cos, sin = bb.rope_cos[positions], bb.rope_sin[positions]
+        cos, sin = bb.rope_at(positions, action)
         x = bb.embed(tokens)
         ks, vs = [], []
         for i, layer in enumerate(bb.layers):
@@ -199,7 +199,7 @@ class LiveStepGraph(nn.Module):
         start = k_prefix.shape[3]  # the prefix that exists ends where the block starts
         offsets = torch.arange(w)
         positions = start + offsets
-        cos, sin = bb.rope_cos[positions], bb.rope_sin[positions]
+        cos, sin = bb.rope_at(positions, self.action)
         mask = None
         if self.causal:  # lower-right causal over prefix + window, from shapes: query i sees keys <= start + i
             mask = torch.arange(start + w)[None, :] <= positions[:, None]

@@ -71,6 +71,9 @@ class TrainConfig:
     context_swap_exclusive: bool = False  # later sections learn only in swapped rows (context_swap.py)
     section_weights: dict[str, float] = field(default_factory=dict)  # section name -> loss weight, instead of the schema's
     ego_accel: bool | None = None  # does the model read the ego's acceleration (model config)? None: the init's / model's
+    # a new model's trajectory at rotary positions right after the prompt (ModelConfig.action_rope_shift); an init
+    # checkpoint keeps its own
+    action_after_prompt: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
