@@ -136,9 +136,13 @@ def load(path: str | Path | None, device: str = "cpu") -> Bundle:
         raise CheckpointError(f"{folder / TOKENIZER} does not fit {folder / SCHEMA}: {e}") from e
     if cfg.vocab_size != len(tok):
         raise CheckpointError(f"{folder / CONFIG} says vocab_size {cfg.vocab_size} but {folder / TOKENIZER} has {len(tok)} tokens")
-    length = Layout(schema, tok, cfg.block_size).length
-    if cfg.output_len != length:
-        raise CheckpointError(f"{folder / CONFIG} says output_len {cfg.output_len} but {folder / SCHEMA} gives {length}")
+    layout = Layout(schema, tok, cfg.block_size)
+    if cfg.output_len != layout.length:
+        raise CheckpointError(f"{folder / CONFIG} says output_len {cfg.output_len} but {folder / SCHEMA} gives {layout.length}")
+    if cfg.action_rope_shift and cfg.action_rope_shift > first_action_position(layout):
+        # the trajectory's rotary positions would start inside the prompt (and a shift past the start, negative)
+        raise CheckpointError(f"{folder / CONFIG} says action_rope_shift {cfg.action_rope_shift} but the trajectory in "
+                              f"{folder / SCHEMA} starts {first_action_position(layout)} positions into the plan")
     model = DrivingVLA(cfg)
     try:
         state = load_file(str(folder / WEIGHTS), device=device)

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.observation import Observation
@@ -41,6 +42,12 @@ def test_a_moved_trajectory_survives_the_round_trip_and_a_bad_shift_is_refused(t
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="action_rope_shift"):
             ModelConfig.from_dict({**bundle.config.to_dict(), "action_rope_shift": bad})
+    # a shift past the trajectory's start would move it into the prompt: the config file is named
+    doc = yaml.safe_load((tmp_path / "moved" / "config.yaml").read_text())
+    doc["model"]["action_rope_shift"] = bundle.config.action_rope_shift + 1
+    (tmp_path / "moved" / "config.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ckpt.CheckpointError, match=r"config\.yaml says action_rope_shift"):
+        ckpt.load(tmp_path / "moved")
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.yaml", "tokenizer.json", "schema.yaml"])
