@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.domain_id import SLOTS, pid_domain_id
 from ddrive_ros.ros.listener import Listener, start_feed
 from ddrive_ros.ros.node_process import NodeProcess
 
@@ -129,7 +130,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ddrive_camera_load_"))
     rows = []
     for i, spec in enumerate(args.runs.split(",")):
-        rows.append(run_one(spec, args.seconds, args.threads, os.getpid() % 150 + 30 + i, tmp))
+        rows.append(run_one(spec, args.seconds, args.threads, pid_domain_id(i % SLOTS), tmp))
         r = rows[-1]
         print(f"{r['run']:<48} {r['plans_per_s']:>6.2f} plans/s  skipped {r['skipped_ticks']:>3}/{r['ticks']:<4} "
               f"sync_failed {r['sync_failed_total']}  plan p50/p90 {r['plan_ms_p50']}/{r['plan_ms_p90']} ms  "

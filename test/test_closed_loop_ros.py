@@ -3,16 +3,16 @@ node's plans drive the world, and they drive it exactly as the same planner does
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from ddrive_ros.cli import main
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
 from ddrive_ros.sim.drivers import ModelDriver
 from ddrive_ros.sim.sample import episode_seeds
 
-DOMAIN = os.getpid() % 100 + 130  # apart from test_ros_node's pid % 200 + 20 range start
+DOMAIN = pid_domain_id(11)
 
 
 def test_ddrive_sim_ros_drives_through_the_node_like_the_in_process_planner(tmp_path):

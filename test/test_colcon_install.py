@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ddrive_ros.bags.simple_drive import write_simple_bag
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.ros.replay import ReplayOptions, replay
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +89,7 @@ def test_colcon_build_then_installed_node_plans_on_a_bag(tmp_path):
     bag = write_simple_bag(tmp_path / "bag", duration_s=5.0, start_s=100.0)
     rep = replay(ReplayOptions(bag=bag, out=tmp_path / "out", frames=0, start_node=True,
                                node_executable=[str(script)], node_params_file=params_file, node_env=env,
-                               node_params={"num_threads": 1}, domain_id=os.getpid() % 200 + 20 + 20,
+                               node_params={"num_threads": 1}, domain_id=pid_domain_id(7),
                                discovery_timeout_s=180.0, tail_s=1.0))
     real = [p for p in rep["outputs"]["plans"] if not p["fallback"]]
     assert rep["node_exit_code"] == 0 and len(real) >= 3, (rep["counts"], Path(rep["node_log"]).read_text()[-2000:])

@@ -7,12 +7,12 @@ so after every planned set one or two ticks find nothing new; each following set
 over on arrival (`late_sets`), every set planned once."""
 from __future__ import annotations
 
-import os
 import time
 
 from conftest import node_with_feed
+from ddrive_ros.ros.domain_id import pid_domain_id
 
-DOMAIN = os.getpid() % 200 + 20 + 40
+DOMAIN = pid_domain_id(10)
 NODE = {"checkpoint": "random:tiny:trajectory_only", "decoder": "diffusion", "steps": 2, "num_threads": 1,
         "planning_rate_hz": 10.0, "plan_timeout_s": 0.6, "sync_tolerance_s": 0.05}
 

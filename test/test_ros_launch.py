@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
@@ -21,6 +20,7 @@ import yaml
 
 from ddrive_ros.observation import CAMERAS
 from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.domain_id import pid_domain_id
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_PY = ROOT / "launch" / "ddrive_planner.launch.py"
@@ -130,7 +130,7 @@ def node_parameters():
     from ddrive_ros.ros.node import PlannerNode
 
     ctx = rclpy.Context()
-    rclpy.init(args=["--ros-args", "--params-file", str(PARAMS)], context=ctx, domain_id=os.getpid() % 200 + 20 + 5)
+    rclpy.init(args=["--ros-args", "--params-file", str(PARAMS)], context=ctx, domain_id=pid_domain_id(4))
     try:
         node = PlannerNode(context=ctx, parameter_overrides=[
             Parameter("checkpoint", value="random:tiny:fast_ddrive"), Parameter("warmup", value=False)])

@@ -3,17 +3,17 @@ process, with a live feed: nothing is subscribed or planned until activate; deac
 without unloading (reactivation is quick and plans again); cleanup and shutdown end cleanly."""
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.trajectory import ego_to_world
 from ddrive_ros.ros.node_process import NodeProcess
 from ddrive_ros.ros.listener import Listener, start_feed
 
-DOMAIN = os.getpid() % 200 + 20 + 15
+DOMAIN = pid_domain_id(6)
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
         "planning_rate_hz": 2.0, "diagnostics_rate_hz": 2.0, "output_frame": "odom"}
 

@@ -7,15 +7,15 @@ in order: sync first (undisturbed), then parameters, then the hang.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.ros.listener import Listener
 from conftest import node_with_feed
 
-DOMAIN = os.getpid() % 200 + 20 + 10
+DOMAIN = pid_domain_id(5)
 PERIOD = 1.0
 TIMEOUT = 2.5  # plan_timeout_s: a random tiny plan takes 0.65-1.0 s on an AVX2-only 2-core CI machine under this load
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,

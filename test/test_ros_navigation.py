@@ -3,17 +3,17 @@
 subscription also gets a command latched before the node started."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from ddrive_ros.bags import topics as T
 from ddrive_ros.observation import NAV_COMMANDS
 from ddrive_ros.ros import interface as I
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.ros.listener import Listener
 from ddrive_ros.ros.node_process import NodeProcess
 
-DOMAIN = os.getpid() % 200 + 20 + 40
+DOMAIN = pid_domain_id(8)  # and slot 9
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
         "diagnostics_rate_hz": 5.0, "debug_load_delay_s": 6.0}  # loading a big model: long enough to publish in
 

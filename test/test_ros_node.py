@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from ddrive_ros.bags.simple_drive import Faults, write_simple_bag
+from ddrive_ros.ros.domain_id import pid_domain_id
 from ddrive_ros.ros.replay import ReplayOptions, replay
 
-DOMAIN = os.getpid() % 200 + 20
+DOMAIN = pid_domain_id(0)  # slots 0-3: one per test (domain_offset)
 START = 100.0  # bag start time (s)
 NODE = {"checkpoint": "random:tiny:fast_ddrive", "decoder": "diffusion", "steps": 2, "num_threads": 1,
         "planning_rate_hz": 5.0, "max_input_age_s": 0.5,

@@ -9,10 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def default_domain_id() -> int:
-    """A ROS_DOMAIN_ID derived from the pid, so concurrent test processes do not hear each other."""
-    return os.getpid() % 200 + 20
+from ddrive_ros.ros.domain_id import check_domain_id
 
 
 def param_text(v: Any) -> str:
@@ -55,7 +52,8 @@ class NodeProcess:
             args += ["-p", f"{k}:={param_text(v)}"]
         for k, v in (remaps or {}).items():
             args += ["-r", f"{k}:={v}"]
-        env = dict(os.environ if env is None else env, ROS_DOMAIN_ID=str(domain_id), PYTHONUNBUFFERED="1")
+        env = dict(os.environ if env is None else env, ROS_DOMAIN_ID=str(check_domain_id(domain_id, "node domain_id")),
+                   PYTHONUNBUFFERED="1")
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "w")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -35,7 +34,8 @@ from ddrive_ros.observation_recipe import EgoTrack
 from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
 from ddrive_ros.ros.convert import msg_class
-from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
+from ddrive_ros.ros.domain_id import check_domain_id, domain_id_from_env
+from ddrive_ros.ros.node_process import NodeProcess
 from ddrive_ros.ros.spun_node import SpunNode
 from ddrive_ros.ros.replay_frames import write_frames
 
@@ -213,7 +213,7 @@ def replay(opts: ReplayOptions) -> dict[str, Any]:
         raise ValueError(f"{bag} has no camera / odometry / navigation topics")
     out = Path(opts.out) if opts.out else Path(tempfile.mkdtemp(prefix="ddrive_replay_"))
     out.mkdir(parents=True, exist_ok=True)
-    domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", default_domain_id()))
+    domain = check_domain_id(opts.domain_id, "domain_id") if opts.domain_id is not None else domain_id_from_env()
     report: dict[str, Any] = {"bag": str(bag), "rate": opts.rate, "domain_id": domain}
     rss: list[tuple[float, int]] = []
     outputs = opts.outputs or default_outputs()

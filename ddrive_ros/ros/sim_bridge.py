@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -36,7 +35,8 @@ from ddrive_ros.plan import MetaBehavior, Plan
 from ddrive_ros.bags import topics as T
 from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
-from ddrive_ros.ros.node_process import NodeProcess, default_domain_id
+from ddrive_ros.ros.domain_id import check_domain_id, domain_id_from_env
+from ddrive_ros.ros.node_process import NodeProcess
 from ddrive_ros.ros.spun_node import SpunNode
 from ddrive_ros.timeline import FRAME_HISTORY_S
 from ddrive_ros.trajectory import yaw_to_quaternion
@@ -75,7 +75,7 @@ class NodeBridge:
         from std_msgs.msg import String
 
         self.opts = opts
-        self.domain = opts.domain_id if opts.domain_id is not None else int(os.environ.get("ROS_DOMAIN_ID", default_domain_id()))
+        self.domain = check_domain_id(opts.domain_id, "domain_id") if opts.domain_id is not None else domain_id_from_env()
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
                   "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from ddrive_ros.ros.domain_id import check_domain_id
+
 log = logging.getLogger(__name__)
 
 
@@ -22,7 +24,7 @@ class SpunNode:
 
         self.rclpy = rclpy
         self.context = rclpy.Context()
-        rclpy.init(args=[], context=self.context, domain_id=domain_id)
+        rclpy.init(args=[], context=self.context, domain_id=check_domain_id(domain_id, f"{name} domain_id"))
         self.node = rclpy.create_node(name, context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
