@@ -14,6 +14,8 @@ by its navigation command, and each group counts what ended or spoilt its episod
 | off_road     | episodes whose drivable-area sub-score is below 1                              |
 | stop_sign    | episodes with a stop-sign violation                                            |
 | red_light    | episodes with a red-light violation                                            |
+| off_route    | episodes that did not end on the route (a lane change or turn not made): PDMS  |
+|              | does not score this, so a lane change left undone can score near 1.0           |
 | ep           | mean ego progress (against the expert's)                                        |
 
 Episode records are `ddrive sim --json`'s `episodes` entries (they carry `kind` and `nav_command`),
@@ -32,6 +34,7 @@ COUNTS = {  # column -> does this episode count
     "off_road": lambda e: e["dac"] < 1.0,
     "stop_sign": lambda e: e["stop_sign_violations"] > 0,
     "red_light": lambda e: e["red_light_violations"] > 0,
+    "off_route": lambda e: e["route_compliance"] < 1.0,
 }
 
 
@@ -60,14 +63,14 @@ def with_situation(episodes: Iterable[dict[str, Any]], duration_s: float) -> lis
 
 
 def breakdown(episodes: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows (method, by, group, episodes, pdms, ep, zero, at_fault, off_road, stop_sign, red_light),
+    """Rows (method, by, group, episodes, pdms, ep, zero, at_fault, off_road, stop_sign, red_light, off_route),
     sorted by method (first-seen order), grouping, then group name. Raises KeyError naming the field
     when an episode record lacks one (e.g. a JSON written before records carried their situation)."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     order: list[str] = []
     for e in episodes:
         for key in (*GROUPINGS, "method", "pdms", "ep", "dac", "at_fault_collisions", "stop_sign_violations",
-                    "red_light_violations"):
+                    "red_light_violations", "route_compliance"):
             if key not in e:
                 raise KeyError(f"episode record of seed {e.get('seed')} has no '{key}'")
         if e["method"] not in order:
@@ -94,7 +97,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         if not names:
             continue
         cell = {(r["method"], r["group"]): r for r in rows if r["by"] == by}
-        head = f"| {by} | n | " + " | ".join(f"{m} PDMS (zero / at-fault / off-road / stop / red)" for m in methods) + " |"
+        head = f"| {by} | n | " + " | ".join(f"{m} PDMS (zero / at-fault / off-road / stop / red / off-route)" for m in methods) + " |"
         out += [head, "|" + "---|" * (2 + len(methods))]
         for name in names:
             n = next(cell[(m, name)]["episodes"] for m in methods if (m, name) in cell)
@@ -102,7 +105,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             for m in methods:
                 r = cell.get((m, name))
                 parts.append("" if r is None else f"{r['pdms']:.2f} ({r['zero']} / {r['at_fault']} / {r['off_road']} / "
-                                                  f"{r['stop_sign']} / {r['red_light']})")
+                                                  f"{r['stop_sign']} / {r['red_light']} / {r['off_route']})")
             out.append(f"| {name} | {n} | " + " | ".join(parts) + " |")
         out.append("")
     return "\n".join(out).rstrip()
