@@ -2,12 +2,29 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_script(name: str):
+    """bench/<name>.py as a module (the bench scripts are not a package), registered under its name in
+    sys.modules so that its dataclasses can look their module up."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

@@ -51,12 +51,10 @@ def test_cpu_speed_stream_drafts_from_the_previous_plan_with_the_same_tokens(tmp
     # (that it lowers the cost over a stream is test_previous_plan_draft's: three frames are too few here)
 
 
-def test_fastest_passes_over_a_faster_path_that_moves_the_plans(monkeypatch):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("cpu_speed", REPO / "bench" / "cpu_speed.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "cpu_speed", bench)  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
+def test_fastest_passes_over_a_faster_path_that_moves_the_plans():
+    from conftest import load_bench_script
+
+    bench = load_bench_script("cpu_speed")
     rows = [{"path": "torch_eager", "decoder": "speculative", "p50_ms": 300.0, "ade_diff_vs_eager_m": 0.0},
             {"path": "onnxruntime", "decoder": "speculative", "p50_ms": 255.7, "ade_diff_vs_eager_m": 0.0},
             {"path": "onnxruntime_int8", "decoder": "speculative", "p50_ms": 248.9, "ade_diff_vs_eager_m": 0.335}]

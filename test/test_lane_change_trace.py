@@ -1,9 +1,6 @@
 """bench/lane_change_trace.py: the trace of a real closed-loop lane change, and the blanked-motion driver."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -12,16 +9,12 @@ from ddrive_ros.planner import Planner, PlannerOptions
 from ddrive_ros.sim.closed_loop_run import LoopOptions
 from ddrive_ros.sim.sample import episode_seeds
 from ddrive_ros.timeline import PAST_TIMES
-
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "lane_change_trace.py"
+from conftest import load_bench_script
 
 
 @pytest.fixture(scope="module")
 def trace():
-    spec = importlib.util.spec_from_file_location("lane_change_trace", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench_script("lane_change_trace")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """bench/rollout_spread.py: N sampled rollouts against the greedy plan, on the shipped models."""
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -9,16 +8,14 @@ from pathlib import Path
 import pytest
 
 from ddrive_ros.evaluation.evaluate import held_out_samples
+from conftest import load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "rollout_spread.py"
 
 
 @pytest.fixture(scope="module")
 def spread():
-    spec = importlib.util.spec_from_file_location("rollout_spread", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench_script("rollout_spread")
 
 
 def test_greedy_rollouts_have_no_spread_and_sampled_ones_some(spread):
