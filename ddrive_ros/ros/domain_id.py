@@ -32,9 +32,9 @@ def pid_domain_id(slot: int = 0, pid: int | None = None) -> int:
     return 1 + (pid % GROUPS) * SLOTS + slot
 
 
-def domain_id_from_env(default_slot: int = 0) -> int:
-    """ROS_DOMAIN_ID from the environment (checked), else this process's pid-derived id."""
+def domain_id_from_env() -> int:
+    """ROS_DOMAIN_ID from the environment (checked), else this process's first pid-derived id."""
     text = os.environ.get("ROS_DOMAIN_ID")
     if text is None or not text.strip():
-        return pid_domain_id(default_slot)
+        return pid_domain_id(0)
     return check_domain_id(text, "ROS_DOMAIN_ID in the environment")
