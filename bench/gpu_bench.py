@@ -48,14 +48,17 @@ from ddrive_ros.scaffold.tokenizer import Tokenizer  # noqa: E402
 
 log = logging.getLogger("gpu_bench")
 
-SCHEMAS = {"fast_ddrive": 32, "trajectory_only": 16}  # schema -> main block size
+SCHEMAS = {"fast_ddrive": 32, "fast_ddrive_bins": 32, "trajectory_only": 16}  # schema -> main block size
+# the shipped models' forward counts (`ddrive bench decoding`), by schema: fast_ddrive is the digit-coded full plan
+FORWARDS_FROM = ("fast_ddrive=bench/results/decoding_cpu.json,fast_ddrive_bins=bench/results/decoding_cpu_bins_1.json,"
+                 "trajectory_only=bench/results/decoding_cpu_trajectory_only.json")
 DECODERS: list[tuple[str, str, dict[str, Any]]] = [
     ("ar", "ar", {}),
     ("diffusion-4step", "diffusion", {"steps": 4, "tau": 1.01}),  # tau > 1: exactly 4 forwards per block
     ("speculative", "speculative", {}),
 ]
 BACKENDS = ("eager", "cuda_graph", "compiled")
-COMPILE_SECONDS_NEEDED = 120  # torch.compile of every step shape; skipped when less time is left (and in dry runs)
+COMPILE_SECONDS_NEEDED = 120  # torch.compile (--compile only): skipped when less time is left (and in dry runs)
 TRT_SECONDS_NEEDED = 150  # export + engine builds for a 0.8B model; skipped when less time is left
 
 
@@ -188,18 +191,27 @@ def plan_latency(backend, layout: Layout, case: Case, decoder: str, knobs: dict,
             "tokens_decided": stats.tokens_decided, "ids": ids.cpu()}
 
 
-def trained_forwards(path: Path) -> dict[str, dict[str, float]]:
-    """Forward counts per decoder from `ddrive bench decoding` on the shipped model, keyed by schema."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-        source = str(data.get("source", ""))
-        schema = data.get("schema") or next((s for s in SCHEMAS if s in source), "fast_ddrive")
-        return {schema: {r["decoder"]: float(r["forwards_per_plan"]) for r in data["rows"]}}
-    except (KeyError, TypeError, ValueError) as err:
-        log.warning("could not read forward counts from %s (%s); using measured counts", path, err)
-        return {}
+def trained_forwards(spec: str) -> dict[str, dict[str, float]]:
+    """Forward counts per decoder from `ddrive bench decoding` JSONs of the shipped models, keyed by schema.
+    spec: comma-separated SCHEMA=PATH (or a bare PATH, whose schema is read from the file or its source name);
+    relative paths are from the repository root. A missing file is skipped (measured counts are used)."""
+    out: dict[str, dict[str, float]] = {}
+    for item in (x.strip() for x in spec.split(",") if x.strip()):
+        schema, _, raw = item.rpartition("=")
+        path = Path(raw) if Path(raw).is_absolute() else REPO / raw
+        if schema and schema not in SCHEMAS:
+            raise SystemExit(f"--forwards-from: unknown schema {schema!r} in {item!r} (one of {', '.join(SCHEMAS)})")
+        if not path.is_file():
+            log.warning("--forwards-from: %s not found; measured forward counts are used", path)
+            continue
+        try:
+            data = json.loads(path.read_text())
+            source = str(data.get("source", ""))
+            name = schema or data.get("schema") or next((s for s in SCHEMAS if s in source), "fast_ddrive")
+            out[name] = {r["decoder"]: float(r["forwards_per_plan"]) for r in data["rows"]}
+        except (KeyError, TypeError, ValueError) as err:
+            log.warning("could not read forward counts from %s (%s); using measured counts", path, err)
+    return out
 
 
 def tensorrt_latency(case: Case, device: torch.device, dtype: torch.dtype, clock: Clock, iters: int,
@@ -326,7 +338,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "plans": [], "peak_memory_gb": {}, "errors": {},
     }
     res["bandwidth_gbs"] = copy_bandwidth(device, (64 << 20) if dry else (2 << 30), clock)
-    trained = trained_forwards(Path(args.forwards_from))
+    trained = trained_forwards(args.forwards_from)
     for schema in SCHEMAS:
         case = Case(schema, config, device, dtype)
         log.info("%s: %s, %d params", schema, config, sum(p.numel() for p in case.model.parameters()))
@@ -336,6 +348,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "weight_bytes": weights,
                               "floor_ms": {k: v / (res["bandwidth_gbs"] * 1e9) * 1e3 for k, v in weights.items()}}
         for kind in BACKENDS:
+            if kind == "compiled" and not args.compile:
+                res.setdefault("skipped", {})[f"{schema}/compiled"] = "off (--compile: its compile time is unbounded)"
+                continue
             if kind == "compiled" and (dry or args.budget_s - (time.perf_counter() - t_start) < COMPILE_SECONDS_NEEDED):
                 res.setdefault("skipped", {})[f"{schema}/compiled"] = "dry run or too little of the time budget left"
                 continue
@@ -372,9 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", default="base-0.8b", help="model config (random weights)")
     p.add_argument("--plans", type=int, default=0, help="timed plans per point (default 3; 1 for --dry-run)")
     p.add_argument("--out", default=None, help="JSON file (default bench/results/gpu_h200.json, or gpu_dryrun.json)")
-    p.add_argument("--forwards-from", default=str(REPO / "bench" / "results" / "decoding_cpu.json"),
-                   help="`ddrive bench decoding` JSON of the shipped model: its speculative forward count")
+    p.add_argument("--forwards-from", default=FORWARDS_FROM,
+                   help="SCHEMA=PATH,...: `ddrive bench decoding` JSONs of the shipped models (their speculative forward "
+                        "counts); a bare PATH takes its schema from the file")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for torch (dry run)")
+    p.add_argument("--compile", action="store_true",
+                   help="also time torch.compile; off by default: on an H200 compiling the 0.8B model's step shapes ran "
+                        "past 6 minutes without finishing (the first device run), which no time budget here can stop")
     p.add_argument("--budget-s", type=float, default=280.0, help="time budget; TensorRT is skipped when it would not fit")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -44,37 +44,71 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def row_cost(checkpoint: str, device: torch.device, iters: int) -> list[dict[str, Any]]:
-    """ms per causal step over the trajectory block with K rows (prefix = prompt, forked)."""
+def _row_model(checkpoint: str, config: str | None, device: torch.device):
+    """(model, schema, tokenizer, dtype): the checkpoint's trained weights, or with `config` random weights of that
+    model config on trajectory_only (latency depends on shapes, not values), made on the device in bf16 on a GPU."""
     from ddrive_ros import checkpoint as ckpt
+
+    if config is None:
+        bundle = ckpt.load(checkpoint, device=str(device))
+        return bundle.model, bundle.schema, bundle.tokenizer, torch.float32
+    from ddrive_ros.model.config import ModelConfig
+    from ddrive_ros.model.vla import DrivingVLA
+    from ddrive_ros.scaffold.layout import Layout
+    from ddrive_ros.scaffold.schema import Schema
+    from ddrive_ros.scaffold.tokenizer import Tokenizer
+
+    schema = Schema.load("trajectory_only")
+    tok = Tokenizer.build(schema)
+    layout = Layout(schema, tok, schema.default_block_size)
+    cfg = ModelConfig.load(config).with_output(len(tok), layout.length, schema.default_block_size)
+    torch.manual_seed(0)
+    with torch.device(device):  # a 0.8B init on the CPU alone takes tens of seconds
+        model = DrivingVLA(cfg)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    return model.to(dtype).eval(), schema, tok, dtype
+
+
+def row_cost(checkpoint: str, device: torch.device, iters: int, config: str | None = None,
+             backend_kind: str = "eager") -> list[dict[str, Any]]:
+    """ms per causal step over the trajectory block with K rows (prefix = prompt, forked). backend_kind:
+    eager (TorchBackend) or cuda_graph (one captured graph per row count; its static-buffer path on the CPU)."""
+    from ddrive_ros.runtime.cuda_graph_backend import CudaGraphBackend
     from ddrive_ros.runtime.torch_backend import TorchBackend
     from ddrive_ros.scaffold.layout import Layout
 
-    bundle = ckpt.load(checkpoint, device=str(device))
-    layout = Layout(bundle.schema, bundle.tokenizer, bundle.config.block_size)
+    model, schema, tok, dtype = _row_model(checkpoint, config, device)
+    layout = Layout(schema, tok, model.cfg.block_size)
     block = layout.blocks[-1]
-    backend = TorchBackend(bundle.model, layout.window, max_rows=max(ROWS), device=device)
-    h, w = bundle.config.vision.image_size
+    if backend_kind == "eager":
+        backend = TorchBackend(model, layout.window, max_rows=max(ROWS), device=device, dtype=dtype)
+    elif backend_kind == "cuda_graph":
+        backend = CudaGraphBackend(model, layout.window, max(ROWS), device, dtype, graphs=device.type == "cuda")
+    else:
+        raise ValueError(f"--backends: unknown backend {backend_kind!r} (eager, cuda_graph)")
+    h, w = model.cfg.vision.image_size
     g = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, (1, 6, h, w, 3), generator=g, dtype=torch.uint8)
-    tok = bundle.tokenizer
-    prompt = backend.prompt(images.to(device), torch.zeros(1, 11, device=device), torch.tensor([tok.bos_id], device=device),
+    n_ego = model.ego.mlp[0].in_features
+    prompt = backend.prompt(images.to(device), torch.zeros(1, n_ego, device=device, dtype=dtype),
+                            torch.tensor([tok.bos_id], device=device),
                             torch.tensor([tok.id("<nav:FOLLOW_LANE>")], device=device))
     backend.prefill(prompt)
     start = backend.prompt_len + block.start
     ids = torch.as_tensor(layout.template_ids[block.start:block.end], device=device)
     out = []
-    for k in ROWS:
-        x = ids[None].expand(k, -1).contiguous()
-        backend.fork(k, start)
-        for _ in range(3):
-            backend.step(x, start, block.length, False, True)
-        _sync(device)
-        t = time.perf_counter()
-        for _ in range(iters):
-            backend.step(x, start, block.length, False, True)
-        _sync(device)
-        out.append({"rows": k, "ms_per_step": (time.perf_counter() - t) / iters * 1e3})
+    with torch.inference_mode():
+        for k in ROWS:
+            x = torch.nn.functional.pad(ids, (0, layout.window - ids.shape[0]))[None].expand(k, -1).contiguous()
+            backend.fork(k, start)
+            for _ in range(3):
+                backend.step(x, start, block.length, False, True)
+            _sync(device)
+            t = time.perf_counter()
+            for _ in range(iters):
+                backend.step(x, start, block.length, False, True)
+            _sync(device)
+            out.append({"rows": k, "ms_per_step": (time.perf_counter() - t) / iters * 1e3})
     for r in out:
         r["x_one_row"] = r["ms_per_step"] / out[0]["ms_per_step"]
     return out
@@ -125,6 +159,35 @@ def plans(checkpoint: str, n: int, seed: int) -> list[dict[str, Any]]:
                      "ms_p50": float(np.median(r["ms"])), "ms_x_speculative": float(np.median(r["ms"])) / base_ms,
                      "token_mismatches_vs_ar": int(np.sum(r["mismatch"]))})
     return rows
+
+
+def estimate(plans_json: str, rows_json: str) -> list[dict[str, Any]]:
+    """ms of backbone steps per plan on another device: a saved plans table (forwards and rows per plan, measured
+    on the CPU with the same tokens) priced by a saved row-cost table (ms per causal step with K rows, per backend).
+    A tree plan's F forwards hold t = (R - F) / (K - 1) K-row verifications and F - t one-row forwards."""
+    plans_ = json.loads(Path(plans_json).read_text())["plans"]
+    rows_res = json.loads(Path(rows_json).read_text())
+    by_backend = rows_res.get("row_cost_by_backend") or {"eager": rows_res["row_cost"]}
+    out = []
+    for backend, rc in by_backend.items():
+        cost = {r["rows"]: r["ms_per_step"] for r in rc}
+        one = cost[1]
+        base = None
+        for p in plans_:
+            name, f, r = p["decoder"], p["forwards_per_plan"], p["rows_per_plan"]
+            k = int(name.split("tree=")[1].split("x")[0]) if "tree=" in name else 1
+            if k not in cost:
+                raise ValueError(f"{rows_json}: no row cost for {k} rows ({name})")
+            t = (r - f) / (k - 1) if k > 1 else 0.0
+            ms = (f - t) * one + t * cost[k]
+            if name.startswith("speculative, ego-state"):
+                base = ms
+            out.append({"backend": backend, "decoder": name, "forwards_per_plan": f, "rows_per_plan": r,
+                        "k_row_forwards": t, "step_ms_per_plan": ms})
+        for row in out:
+            if row["backend"] == backend and base:
+                row["x_plain_speculative"] = row["step_ms_per_plan"] / base
+    return out
 
 
 def plot(res: dict[str, Any], path: str) -> None:
@@ -179,12 +242,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="episode seed offset (episodes from seed 10_000 + this)")
     p.add_argument("--rows-only", action="store_true", help="only the row-cost table (no synthetic world needed)")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--config", default=None, help="row cost of a random-weight model of this config (e.g. base-0.8b, "
+                   "bf16 on a GPU) on trajectory_only instead of --checkpoint's weights; needs --rows-only")
+    p.add_argument("--backends", default="eager", help="row-cost backends, comma-separated: eager, cuda_graph")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--iters", type=int, default=50, help="timed steps per row count")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None, metavar="PNG", help="also draw forwards against time and the row cost")
     p.add_argument("--replot", default=None, metavar="JSON", help="measure nothing: draw --plot from a saved run")
+    p.add_argument("--estimate", nargs=2, default=None, metavar=("PLANS_JSON", "ROWS_JSON"),
+                   help="measure nothing: price a saved plans table (forwards, rows) by a saved row-cost table "
+                        "(e.g. a GPU's) into backbone-step ms per plan")
     args = p.parse_args(argv)
+    if args.estimate:
+        est = estimate(*args.estimate)
+        print(f"Backbone-step ms per plan: plans of {args.estimate[0]} priced by the row cost of {args.estimate[1]}")
+        print(table(est, ["backend", "decoder", "forwards_per_plan", "k_row_forwards", "step_ms_per_plan",
+                          "x_plain_speculative"]))
+        if args.json:
+            Path(args.json).write_text(json.dumps({"plans_from": args.estimate[0], "rows_from": args.estimate[1],
+                                                   "estimate": est}, indent=1))
+            print(f"wrote {args.json}")
+        return 0
     if args.replot:
         if not args.plot:
             raise SystemExit("--replot needs --plot PNG")
@@ -195,9 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {"checkpoint": args.checkpoint, "device": str(device), "threads": args.threads,
                            "machine": platform.processor() or platform.machine(),
                            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
-    res["row_cost"] = row_cost(args.checkpoint, device, args.iters)
-    print(f"Row cost: one causal step over the trajectory block, {device}, {args.threads} thread(s)")
-    print(table(res["row_cost"], ["rows", "ms_per_step", "x_one_row"]))
+    if args.config:
+        res["config"] = args.config
+    kinds = [k.strip() for k in args.backends.split(",") if k.strip()]
+    what = f"random-weight {args.config}" if args.config else args.checkpoint
+    for kind in kinds:
+        rc = row_cost(args.checkpoint, device, args.iters, args.config, kind)
+        res.setdefault("row_cost_by_backend", {})[kind] = rc
+        print(f"Row cost: one causal step over the trajectory block, {what}, {kind}, {device}, {args.threads} thread(s)")
+        print(table(rc, ["rows", "ms_per_step", "x_one_row"]))
+    res["row_cost"] = res["row_cost_by_backend"][kinds[0]]
+    if args.config and not args.rows_only:
+        raise SystemExit("--config measures random weights: it needs --rows-only")
     if not args.rows_only:
         if device.type != "cpu":
             raise SystemExit("the plans table runs the CPU planner; use --rows-only on a GPU")

@@ -375,6 +375,38 @@ def test_tree_bench_row_cost_and_plans_tables(tmp_path):
     assert png.stat().st_size > 10_000
 
 
+def test_tree_bench_row_cost_of_a_random_config_on_both_backends_and_its_estimate(tmp_path):
+    """--config prices random weights of a model config (base-0.8b on a GPU in bench/gpu.sh; tiny here), on eager and
+    the CUDA-graph backend's static-buffer path; --estimate prices a saved plans table by that row cost: a K-row tree
+    plan pays its K-row forwards at the K-row price, so with linear costs it costs its rows."""
+    import json
+
+    rows_json = tmp_path / "rows.json"
+    run_ = subprocess.run([sys.executable, "bench/tree_verification.py", "--rows-only", "--config", "tiny", "--iters", "1",
+                           "--backends", "eager,cuda_graph", "--json", str(rows_json)],
+                          capture_output=True, text=True, timeout=300)
+    assert run_.returncode == 0, run_.stderr
+    res = json.loads(rows_json.read_text())
+    assert res["config"] == "tiny" and set(res["row_cost_by_backend"]) == {"eager", "cuda_graph"}
+    assert all([r["rows"] for r in rc] == [1, 2, 4, 8, 16, 32, 64] for rc in res["row_cost_by_backend"].values())
+    linear = {"row_cost": [{"rows": k, "ms_per_step": float(k)} for k in (1, 2, 4, 8, 16, 32, 64)]}
+    (tmp_path / "linear.json").write_text(json.dumps(linear))
+    plans = {"plans": [{"decoder": "speculative, ego-state draft", "forwards_per_plan": 8.0, "rows_per_plan": 8.0},
+                       {"decoder": "ego-state draft, tree=16", "forwards_per_plan": 6.0, "rows_per_plan": 66.0}]}
+    (tmp_path / "plans.json").write_text(json.dumps(plans))
+    out = tmp_path / "est.json"
+    run_ = subprocess.run([sys.executable, "bench/tree_verification.py", "--estimate", str(tmp_path / "plans.json"),
+                           str(tmp_path / "linear.json"), "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert run_.returncode == 0, run_.stderr
+    est = {r["decoder"]: r for r in json.loads(out.read_text())["estimate"]}
+    tree = est["ego-state draft, tree=16"]
+    assert tree["k_row_forwards"] == 4.0 and tree["step_ms_per_plan"] == 66.0
+    assert est["speculative, ego-state draft"]["step_ms_per_plan"] == 8.0 and tree["x_plain_speculative"] == 66.0 / 8.0
+    assert run_.returncode == 0 and subprocess.run(
+        [sys.executable, "bench/tree_verification.py", "--config", "tiny"], capture_output=True, text=True,
+        timeout=60).returncode != 0  # random weights have no plans table
+
+
 def test_a_trajectory_moved_after_the_prompt_decodes_cached_as_the_reference_and_is_really_moved():
     """ModelConfig.action_rope_shift: the trajectory's rotary positions start right after the prompt. The cached
     decoders and the explicit-mask reference must agree on it, and it must change what the same weights say."""
