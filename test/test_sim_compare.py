@@ -52,6 +52,9 @@ def test_ddrive_sim_compare_reads_two_saved_runs(tmp_path, capsys):
     assert json.loads((tmp_path / "cmp.json").read_text())["metrics"]["pdms"]["n"] == 3
     with pytest.raises(SystemExit, match="no episodes of method 'idm planner'"):
         main(["sim", "--compare", str(b), str(a), "--compare-method", "idm planner"])
+    # two rows of one run: the learned planner against the IDM planner on the same episodes
+    assert main(["sim", "--compare", str(a), str(a), "--compare-method", "speculative=idm planner"]) == 0
+    assert "| pdms | 3 | 0.500 | 1.000 | +0.500 | 0.000 | 3 / 0 / 0 |" in capsys.readouterr().out
     (tmp_path / "junk.json").write_text("[1]")
     with pytest.raises(SystemExit, match="not a saved `ddrive sim --json` run"):
         main(["sim", "--compare", str(tmp_path / "junk.json"), str(a)])

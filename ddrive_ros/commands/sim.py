@@ -79,7 +79,9 @@ def register(sub) -> None:
     p.add_argument("--compare", nargs=2, default=None, metavar=("BASE_JSON", "NEW_JSON"),
                    help="drive nothing: two saved runs of the same episodes, paired episode by episode "
                         "(mean difference and its standard error per sub-score and scenario kind)")
-    p.add_argument("--compare-method", default="speculative", help="with --compare: the method row to pair")
+    p.add_argument("--compare-method", default="speculative",
+                   help="with --compare: the method row to pair; BASE_METHOD=NEW_METHOD pairs two rows (e.g. "
+                        "'speculative=speculative+safety', possibly of one JSON given twice)")
     p.set_defaults(func=run)
 
 
@@ -335,11 +337,16 @@ def print_breakdown(path: Path, plot: str | None = None) -> int:
 def print_comparison(paths: list[str], method: str, json_out: str | None) -> int:
     from ddrive_ros.sim.compare import compare, load_episodes, markdown as comparison_markdown
 
+    base_method, _, new_method = method.partition("=")
+    new_method = new_method or base_method
     try:
-        result = compare(load_episodes(Path(paths[0]), method), load_episodes(Path(paths[1]), method))
+        result = compare(load_episodes(Path(paths[0]), base_method), load_episodes(Path(paths[1]), new_method))
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    print(comparison_markdown(result, Path(paths[0]).stem, Path(paths[1]).stem))
+    names = [Path(x).stem for x in paths]
+    if base_method != new_method:
+        names = [f"{n} {m}" for n, m in zip(names, (base_method, new_method))]
+    print(comparison_markdown(result, *names))
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps({"base": paths[0], "new": paths[1], "method": method, **result}, indent=1))
