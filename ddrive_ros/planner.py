@@ -121,7 +121,8 @@ class Planner:
         if opt.reflect != "off":
             if opt.reflect in ("safety", "both") and context is None:
                 context = SafetyContext(v0=float(obs.speed))
-            reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds))
+            reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds,
+                                                      opt.manoeuvre_resamples))
         draft, source = None, ""
         if self._uses_prior and self._previous is not None:
             draft, source = prior_ids(self.codec, *self._previous, obs.stamp), "previous"

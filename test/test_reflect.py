@@ -2,6 +2,8 @@
 repair-trained model moves perturbed trajectory tokens back towards the expert."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -137,6 +139,57 @@ def test_safety_reflection_repairs_a_plan_driving_into_a_box():
     names = layout.schema.section_names
     traj = (np.asarray(layout.section) == names.index("trajectory")) & np.asarray(layout.editable)
     assert not (fixed != rec.draft).numpy()[:, ~traj].any()
+
+
+class _NamesALeftChange:
+    """Hands SafetyReflect the decoded plan with its lateral meta set to LEFT_CHANGE and its trajectory straight
+    ahead: a plan whose meta names a lane change its trajectory does not make."""
+
+    def __init__(self, codec, inner):
+        self.codec, self.inner, self.draft = codec, inner, None
+
+    def __call__(self, backend, layout, out, start, strategy, stats):
+        plan = self.codec.decode(out[0].numpy())
+        plan.meta.lateral = "LEFT_CHANGE"
+        plan.waypoints = np.stack([plan.waypoint_times * 6.0, np.zeros_like(plan.waypoint_times)], axis=1)
+        out = torch.as_tensor(self.codec.encode(plan).ids)[None].to(out)
+        self.draft = out.clone()
+        return self.inner(backend, layout, out, start, strategy, stats)
+
+
+@pytest.mark.parametrize("resamples", [0, 6])
+def test_safety_reflection_resamples_a_lane_change_the_plan_does_not_make(resamples):
+    """Only the trajectory is resampled, the meta stays, a sample is kept only where it scores better, and
+    resamples=0 (the default) neither checks the manoeuvre rule nor touches the plan."""
+    planner = _random_planner("fast_ddrive_bins", decoder="speculative")
+    layout, codec = planner.layout, planner.codec
+    # random weights sample wild trajectories: only the meta rules are to count here
+    lax = safety.Limits(max_speed=1e6, max_accel=1e6, max_decel=1e6, max_jerk=1e9, max_lateral_accel=1e9)
+    ctx = safety.SafetyContext(v0=6.0, limits=lax)
+    rec = _NamesALeftChange(codec, SafetyReflect(codec, ctx, rounds=3, resamples=resamples))
+    fixed, stats = decode(planner.backend, layout, _prompt(planner, 4), planner.strategy, reflect=rec)
+
+    judge = safety.SafetyContext(v0=6.0, limits=replace(lax, **safety.MANOEUVRE_LIMITS))
+
+    def score(ids):
+        plan = codec.decode(ids[0].numpy())
+        return plan, safety.check(plan.waypoints, plan.waypoint_times, judge, plan.meta.longitudinal, plan.meta.lateral)
+
+    before_plan, before = score(rec.draft)
+    assert [v.kind for v in before] == ["manoeuvre"]
+    after_plan, after = score(fixed)
+    assert after_plan.meta.lateral == "LEFT_CHANGE"
+    names = layout.schema.section_names
+    traj = (np.asarray(layout.section) == names.index("trajectory")) & np.asarray(layout.editable)
+    assert not (fixed != rec.draft).numpy()[:, ~traj].any()
+    assert stats.reflect["safety_rounds"] == 0  # no anchor was tried for it
+    if resamples == 0:
+        assert torch.equal(fixed, rec.draft) and stats.reflect["resampled_rows"] == 0
+        assert stats.reflect["violations_before"] == [[]]  # the rule was not checked
+    else:
+        assert stats.reflect["resampled_rows"] == 1
+        assert safety.cost(after) < safety.cost(before)
+        assert after_plan.waypoints[-1, 1] > before_plan.waypoints[-1, 1]  # it moved towards the left
 
 
 def test_the_planner_reports_reflection_in_the_plan_json():

@@ -108,6 +108,34 @@ def test_a_lane_change_is_judged_against_the_corridor_on_a_curved_road():
     assert kinds(check(plan, T, ctx, "KEEP", "RIGHT_CHANGE")) == ["meta"]
 
 
+def test_a_lane_change_the_meta_names_must_be_made_and_no_anchor_mends_it():
+    """A plan that stays in its lane under LEFT_CHANGE is flagged "manoeuvre" at its end, 1 m short; a smooth 3.5 m
+    change is clean, and so is its mirror under RIGHT_CHANGE. One moved waypoint cannot make a lane change, so the
+    anchor search declines (SafetyReflect resamples instead)."""
+    from ddrive_ros.reflection.safety import search_anchor
+
+    from ddrive_ros.reflection.safety import MANOEUVRE_LIMITS, Limits
+
+    assert check(straight(8.0), T, SafetyContext(8.0), "KEEP", "LEFT_CHANGE") == []  # the rule is off by default
+    ctx = SafetyContext(8.0, limits=Limits(**MANOEUVRE_LIMITS))
+    v = only(check(straight(8.0), T, ctx, "KEEP", "LEFT_CHANGE"), "manoeuvre")
+    assert v.waypoints == (len(T) - 1,) and v.severity == pytest.approx(ctx.limits.change_min_m)
+    u = T / T[-1]
+    change = straight(8.0)
+    change[:, 1] = 3.5 * u ** 3 * (10 - 15 * u + 6 * u * u)
+    assert check(change, T, ctx, "KEEP", "LEFT_CHANGE") == []
+    assert check(change * [1.0, -1.0], T, ctx, "KEEP", "RIGHT_CHANGE") == []
+    halfway = straight(8.0)
+    halfway[:, 1] = 0.6 * u
+    assert only(check(halfway, T, ctx, "KEEP", "LEFT_CHANGE"), "manoeuvre").severity == pytest.approx(0.4)
+    assert search_anchor(straight(8.0), T, ctx, v, "KEEP", "LEFT_CHANGE") is None
+    assert check(straight(8.0), T, ctx, "KEEP", "STRAIGHT") == []  # nothing asked, nothing flagged
+    # a turn: straight on under LEFT_TURN is short by turn_min_deg of heading; a real left turn is not
+    turn = only(check(straight(8.0), T, ctx, "KEEP", "LEFT_TURN"), "manoeuvre")
+    assert turn.severity == pytest.approx(np.radians(ctx.limits.turn_min_deg))
+    assert check(arc(6.0, 12.0, start_s=10.0), T, SafetyContext(6.0, limits=ctx.limits), "KEEP", "LEFT_TURN") == []
+
+
 BOX_AHEAD = Obstacle(30.0, 0.0, 0.0, 4.5, 1.9)
 
 
@@ -196,6 +224,7 @@ def test_cost_ranks_collision_above_jerk_above_none():
 
 def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes():
     from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+    from ddrive_ros.reflection.safety import MANOEUVRE_LIMITS, Limits
     from ddrive_ros.sim.safety_context import safety_context
     from ddrive_ros.trajectory import world_to_ego
 
@@ -216,6 +245,7 @@ def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes
 @pytest.mark.parametrize("seed", [3253896501, 2926981835, 1146602604])  # right turn; lane changes on curves
 def test_the_expert_keeps_the_limits_its_meta_and_the_corridor(seed):
     from ddrive_ros.sim.closed_loop import ClosedLoopWorld
+    from ddrive_ros.reflection.safety import MANOEUVRE_LIMITS, Limits
     from ddrive_ros.sim.labels import meta_behavior
     from ddrive_ros.sim.safety_context import safety_context
     from ddrive_ros.trajectory import world_to_ego
@@ -229,7 +259,8 @@ def test_the_expert_keeps_the_limits_its_meta_and_the_corridor(seed):
         future = world_to_ego(world.ego_xy[k + np.round(T / world.dt).astype(int)], world.ego_xy[k], world.ego_yaw[k])
         meta = meta_behavior(world, k)
         lateral.add(meta.lateral)
-        found = check(np.round(future, 1), T, safety_context(world, k), meta.longitudinal, meta.lateral)
+        found = check(np.round(future, 1), T, safety_context(world, k, limits=Limits(**MANOEUVRE_LIMITS)),
+                      meta.longitudinal, meta.lateral)  # the manoeuvre rule too: the expert makes what it names
         # road users are left out: constant-velocity prediction misjudges some (see the report)
         assert not [v for v in found if v.kind not in ("collision", "ttc", "clearance")], (k, meta, found)
     assert lateral - {"STRAIGHT"}  # the manoeuvre's meta was checked too

@@ -14,12 +14,16 @@
   waypoint finds a safe anchor; the anchor's tokens and the waypoints before it are pinned and the
   rest of the trajectory is inpainted by the plan's own decoder from the trajectory's start in the
   cache (no re-prefill, earlier sections untouched). Up to `rounds` rounds; each rollout row keeps
-  its first safe result, else its least-bad one.
+  its first safe result, else its least-bad one. A lane change or turn that the plan's meta names
+  but its trajectory does not make is no matter for an anchor (one moved waypoint is a kink, not a
+  manoeuvre): the trajectory is resampled from the same prefix instead, `resamples` times at
+  `resample_temperature`, and a sample is kept where it costs less. The manoeuvre is in the
+  model's distribution when its greedy plan goes straight on (bench/lane_change_onset.py).
 Both touch nothing but editable trajectory tokens; rollouts reflect each on their own fork.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,6 +32,7 @@ import torch
 from ddrive_ros.decoding.block_loop import Strategy, TrajectoryStart, decode_block
 from ddrive_ros.decoding.sampling import constrained_probs
 from ddrive_ros.plan import DecodeStats, Plan
+from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.reflection import safety
 from ddrive_ros.runtime.backend import Backend
 from ddrive_ros.scaffold.codec import Codec
@@ -84,7 +89,15 @@ class SafetyReflect:
     codec: Codec
     context: safety.SafetyContext
     rounds: int = 3
+    resamples: int = 0  # trajectory samples for a manoeuvre not made (0: never, and the rule is not checked)
+    resample_temperature: float = 0.6
     name: str = "safety"
+
+    def __post_init__(self) -> None:
+        lim = self.context.limits
+        if self.resamples > 0 and lim.change_min_m is None and lim.turn_min_deg is None:
+            # resampling is for the manoeuvre rule: check it (the context's own thresholds win where it has them)
+            self.context = replace(self.context, limits=replace(lim, **safety.MANOEUVRE_LIMITS))
 
     def _check(self, ids: torch.Tensor) -> list[tuple[Plan, list[safety.Violation], float]]:
         rows = []
@@ -112,9 +125,10 @@ class SafetyReflect:
             x = best.clone()
             anchored = 0
             for r, (plan, violations, c) in enumerate(best_rows):
-                if c <= 0 or not violations:
+                anchorable = [v for v in violations if v.kind in safety.ANCHORED]
+                if c <= 0 or not anchorable:
                     continue
-                worst = max(violations, key=lambda v: safety.cost([v]))
+                worst = max(anchorable, key=lambda v: safety.cost([v]))
                 found = safety.search_anchor(plan.waypoints, plan.waypoint_times, self.context, worst,
                                              plan.meta.longitudinal if plan.meta else None,
                                              plan.meta.lateral if plan.meta else None)
@@ -140,15 +154,42 @@ class SafetyReflect:
             for r, row in enumerate(self._check(x)):
                 if row[2] < best_rows[r][2]:
                     best[r], best_rows[r] = x[r], row
+        resampled = self._resample(backend, layout, best, best_rows, start, strategy, stats, traj_editable, template)
         after = best_rows
         stats.reflect.setdefault("modes", []).append(self.name)
         stats.reflect.update(
             violations_before=first, violations_after=[sorted({v.kind for v in vs}) for _, vs, _ in after],
-            safe=all(c <= 0 for _, _, c in after), safety_rounds=rounds,
+            safe=all(c <= 0 for _, _, c in after), safety_rounds=rounds, resampled_rows=resampled,
             forwards=stats.reflect.get("forwards", 0) + stats.forwards - forwards0,
             violations=[[{"kind": v.kind, "waypoints": list(v.waypoints), "severity": round(float(v.severity), 3),
                           "message": v.message} for v in vs] for _, vs, _ in after])
         return best
+
+
+    def _resample(self, backend: Backend, layout: Layout, best: torch.Tensor, best_rows: list, start: TrajectoryStart,
+                  strategy: Strategy, stats: DecodeStats, traj_editable: torch.Tensor, template: torch.Tensor) -> int:
+        """Rows whose meta names a lane change or turn their trajectory does not make get `resamples` trajectories
+        sampled from the same prefix (the other rows ride along pinned); a sample that costs less replaces
+        the row in `best` / `best_rows` in place. Seeded from the plan's own generator: a plan is repeatable.
+        Returns how many rows were replaced."""
+        need = [any(v.kind == "manoeuvre" for v in vs) for _, vs, _ in best_rows]
+        if self.resamples <= 0 or not any(need):
+            return 0
+        gen = torch.Generator(device=start.carry.device).manual_seed(start.generator.initial_seed() + 104729)
+        rows = torch.tensor(need, device=best.device)
+        pinned = traj_editable[None].expand(best.shape[0], -1) & ~rows[:, None]  # rows not resampled stay
+        replaced: set[int] = set()
+        for _ in range(self.resamples):
+            x = torch.where(rows[:, None] & traj_editable[None], template[None], best)
+            carry = start.carry
+            for block in start.blocks:
+                carry = decode_block(backend, layout, start.masks, x, block, carry, strategy,
+                                     self.resample_temperature, gen, stats, pinned)
+            for r, row in enumerate(self._check(x)):
+                if need[r] and row[2] < best_rows[r][2]:
+                    best[r], best_rows[r] = x[r], row
+                    replaced.add(r)
+        return len(replaced)
 
 
 def edit_given_trajectory(backend: Backend, layout: Layout, prompt: torch.Tensor, ids: torch.Tensor,
@@ -181,7 +222,7 @@ class Chain:
 
 
 def make_reflector(mode: str, codec: Codec, context: safety.SafetyContext | None, autoedit_tau: float = 0.5,
-                   safety_rounds: int = 3) -> Any | None:
+                   safety_rounds: int = 3, manoeuvre_resamples: int = PlannerOptions.manoeuvre_resamples) -> Any | None:
     """The reflector for a mode (None for off). `context` is required for safety modes."""
     if mode not in MODES:
         raise ValueError(f"unknown reflect mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -191,7 +232,9 @@ def make_reflector(mode: str, codec: Codec, context: safety.SafetyContext | None
     if mode in ("safety", "both"):
         if context is None:
             raise ValueError(f"reflect={mode} needs a safety context (at least the ego speed)")
-        steps.append(SafetyReflect(codec, context, rounds=safety_rounds))
+        if manoeuvre_resamples < 0:
+            raise ValueError(f"manoeuvre_resamples must be >= 0, got {manoeuvre_resamples}")
+        steps.append(SafetyReflect(codec, context, rounds=safety_rounds, resamples=manoeuvre_resamples))
     if not steps:
         return None
     return steps[0] if len(steps) == 1 else Chain(steps)

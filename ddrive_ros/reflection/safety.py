@@ -77,7 +77,16 @@ class Limits:
     stop_tolerance_m: float = 1.5  # m, a STOP plan may still roll this far over its last `stop_window_s`
     stop_window_s: float = 1.0  # s
     lateral_tolerance_m: float = 1.0  # m, a LEFT_* plan may end this far right (and mirror) before it is flagged
+    # the manoeuvre rule, off (None) unless asked for (SafetyReflect asks when it may resample: MANOEUVRE_LIMITS)
+    change_min_m: float | None = None  # m, a *_CHANGE plan must end at least this far to its side, along the road
+    turn_min_deg: float | None = None  # deg, a *_TURN plan must end heading at least this far to its side
     min_move_m: float = 0.25  # m, a shorter segment is standing still: its heading is held from the one before
+
+
+# The manoeuvre rule's thresholds: the label calls a lane change from 2 m of offset and a turn from 30 deg of heading
+# change relative to the road, over 5 s (sim/labels.py); half of each leaves room for a 4 s horizon and a slower
+# manoeuvre, and still catches a plan that goes straight on (0 m, 0 deg)
+MANOEUVRE_LIMITS = {"change_min_m": 1.0, "turn_min_deg": 15.0}
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,8 @@ UNITS = {
     "corridor": "m outside the corridor",
     "clearance": "m short of min_clearance_m",
     "meta": "m (STOP: rolled past the tolerance; turn/change: to the wrong side past the tolerance)",
+    "manoeuvre": "m (lane change: offset at the end, along the road) or rad (turn: heading at the end) short of "
+                 "the manoeuvre the plan's meta names",
     "speed": "m/s over max_speed",
     "accel": "m/s^2 over max_accel",
     "decel": "m/s^2 over max_decel",
@@ -125,12 +136,18 @@ WEIGHTS = {
     "corridor": 1000.0,  # leaving the drivable area
     "clearance": 300.0,  # per road user
     "meta": 30.0,  # the plan contradicts its own meta behaviour (STOP, and turn/change side: up to 2)
+    "manoeuvre": 30.0,  # the meta names a lane change or turn the plan does not make (the meta tier)
     "speed": 10.0,
     "accel": 10.0,
     "decel": 10.0,
     "curvature": 10.0,
     "jerk": 1.0,  # comfort only
 }
+
+
+# the kinds a moved waypoint can mend. A manoeuvre not made is not one: moving one waypoint sideways makes a
+# kink, not a lane change or a turn; SafetyReflect resamples the trajectory for it instead (decoding/reflect.py)
+ANCHORED = frozenset(WEIGHTS) - {"manoeuvre"}
 
 
 def cost(violations: list[Violation]) -> float:
@@ -229,6 +246,14 @@ def _meta_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ctx: S
         wrong = -sign * offset - lim.lateral_tolerance_m
         flags = (wrong > 0.0) & (wrong[:, -1:] > 0.0)  # judged by where the plan ends
         out.append(("meta", np.where(flags, wrong, 0.0)[..., None], flags[..., None], NONE))
+        # the manoeuvre must be made, not only not undone: judged at the plan's end; to the wrong side is "meta" alone
+        change = lateral.endswith("CHANGE")
+        need = lim.change_min_m if change else lim.turn_min_deg
+        if need is not None:
+            short = (need - sign * offset[:, -1:]) if change else (np.radians(need) - sign * m["yaw"][:, -1:])
+            flags = np.zeros(offset.shape, bool)
+            flags[:, -1:] = (short > 0.0) & ~(wrong[:, -1:] > 0.0)
+            out.append(("manoeuvre", np.where(flags, short, 0.0)[..., None], flags[..., None], NONE))
     return out
 
 
@@ -430,7 +455,7 @@ def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyConte
     shared, loaded core (the finer grid (1, 2, 4, 8, 16, 30), 188 candidates, takes about twice that).
     """
     p, t = _validate(waypoints, times)
-    if not violation.waypoints:
+    if not violation.waypoints or violation.kind not in ANCHORED:
         return None
     k = int(violation.waypoints[0])
     step = np.asarray(step_xy, dtype=float)

@@ -59,7 +59,7 @@ P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
-PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "speed_smoothing")  # read once per plan
+PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "speed_smoothing")  # read once per plan
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -395,6 +395,7 @@ class PlannerCore:
             raise ValueError("reflect autoedit/both needs a block decoder; decoder ar runs on one-token blocks")
         opt.reflect, opt.autoedit_tau, opt.safety_rounds = (self._p("reflect"), self._p("autoedit_tau"),
                                                             self._p("safety_rounds"))
+        opt.manoeuvre_resamples = self._p("manoeuvre_resamples")
         opt.speed_smoothing = self._p("speed_smoothing")
         self.model_info["reflect"] = opt.reflect
         self.model_info["speed_smoothing"] = opt.speed_smoothing
