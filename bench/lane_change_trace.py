@@ -28,6 +28,7 @@ from ddrive_ros import checkpoint as ckpt  # noqa: E402
 from ddrive_ros.planner import Planner, PlannerOptions  # noqa: E402
 from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode  # noqa: E402
 from ddrive_ros.sim.drivers import ModelDriver  # noqa: E402
+from ddrive_ros.sim.safety_context import safety_context  # noqa: E402
 from ddrive_ros.sim.sample import default_renderer, episode_seeds  # noqa: E402
 from ddrive_ros.timeline import PAST_TIMES  # noqa: E402
 
@@ -58,8 +59,9 @@ def relative_yaw_deg(world, k: int) -> float:
 
 def trace_episode(planner: Planner, seed: int, opts: LoopOptions, blank: str | None) -> dict:
     expert = run_episode(seed, "expert", None, opts)
+    context_of = safety_context if planner.options.reflect in ("safety", "both") else None  # perfect perception
     driver = (BlankedMotionDriver(planner, planner.restart_sampling, blank) if blank
-              else ModelDriver(planner, planner.restart_sampling))
+              else ModelDriver(planner, planner.restart_sampling, context_of))
     run = run_episode(seed, "model", lambda w: driver.bind(w), opts, expert.score.progress_m)
     w, route = run.world, run.world.scenario.ego.route
     ref = w.scenario.road_map.main.ref
@@ -91,6 +93,8 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=60, help="the episode list the indices point into")
     ap.add_argument("--indices", required=True, help="comma-separated episode indices, e.g. 35,40")
     ap.add_argument("--blank-motion", choices=["yaw", "past", "both"], default=None)
+    ap.add_argument("--reflect", choices=["off", "safety"], default="off",
+                    help="safety: safety-guided reflection with the world's true road users and corridor, as ddrive sim")
     ap.add_argument("--latency-ms", type=float, default=200.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default=None)
@@ -100,7 +104,7 @@ def main() -> int:
     indices = [int(i) for i in args.indices.split(",")]
     if any(not 0 <= i < len(seeds) for i in indices):
         raise SystemExit(f"--indices must lie in 0..{len(seeds) - 1}")
-    planner = Planner(ckpt.load(args.checkpoint), PlannerOptions(decoder="speculative", rollouts=1))
+    planner = Planner(ckpt.load(args.checkpoint), PlannerOptions(decoder="speculative", rollouts=1, reflect=args.reflect))
     opts = LoopOptions(latency_ms=args.latency_ms, renderer=default_renderer())
     out = []
     for i in indices:
