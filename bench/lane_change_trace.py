@@ -57,9 +57,11 @@ def relative_yaw_deg(world, k: int) -> float:
     return float(np.degrees(world.ego_yaw[k] - ref.heading_at(world.ego_main_sd[k, 0])))
 
 
-def trace_episode(planner: Planner, seed: int, opts: LoopOptions, blank: str | None) -> dict:
+def trace_episode(planner: Planner, seed: int, opts: LoopOptions, blank: str | None, safety: bool = False) -> dict:
+    """`safety`: hand each plan the world's true road users and corridor (perfect perception), as `ddrive sim`
+    does for a planner with safety-guided reflection."""
     expert = run_episode(seed, "expert", None, opts)
-    context_of = safety_context if planner.options.reflect in ("safety", "both") else None  # perfect perception
+    context_of = safety_context if safety else None
     driver = (BlankedMotionDriver(planner, planner.restart_sampling, blank) if blank
               else ModelDriver(planner, planner.restart_sampling, context_of))
     run = run_episode(seed, "model", lambda w: driver.bind(w), opts, expert.score.progress_m)
@@ -108,7 +110,7 @@ def main() -> int:
     opts = LoopOptions(latency_ms=args.latency_ms, renderer=default_renderer())
     out = []
     for i in indices:
-        r = trace_episode(planner, seeds[i], opts, args.blank_motion)
+        r = trace_episode(planner, seeds[i], opts, args.blank_motion, safety=args.reflect == "safety")
         r["index"] = i
         out.append(r)
         print(f"== episode {i} (seed {r['seed']}): {r['maneuver']}, target lane d {r['target_d']}; "

@@ -50,3 +50,20 @@ def test_trace_of_a_lane_change_has_one_row_per_plan_and_the_experts_drive(trace
     # the expert drives the same episode on its route: its lateral offset starts where the model's does
     assert r["expert_d"][0] == pytest.approx(r["model_d"][0], abs=1e-6)
     assert r["expert_pdms"] > 0.9
+
+
+def test_trace_with_safety_hands_each_plan_the_worlds_context(trace, planner):
+    from ddrive_ros.reflection.safety import SafetyContext
+
+    contexts = []
+
+    class Spy:
+        restart_sampling = staticmethod(planner.restart_sampling)
+
+        def plan(self, obs, context=None):
+            contexts.append(context)
+            return planner.plan(obs, context)
+
+    seed = episode_seeds(31, 60)[35]
+    trace.trace_episode(Spy(), seed, LoopOptions(duration_s=3.0, latency_ms=200.0), None, safety=True)
+    assert contexts and all(isinstance(c, SafetyContext) and c.corridor is not None for c in contexts)

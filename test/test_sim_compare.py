@@ -58,3 +58,14 @@ def test_ddrive_sim_compare_reads_two_saved_runs(tmp_path, capsys):
     (tmp_path / "junk.json").write_text("[1]")
     with pytest.raises(SystemExit, match="not a saved `ddrive sim --json` run"):
         main(["sim", "--compare", str(tmp_path / "junk.json"), str(a)])
+
+
+def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
+    import argparse
+
+    from ddrive_ros.commands.sim import manoeuvre_option
+
+    assert manoeuvre_option(argparse.Namespace(manoeuvre_resamples=None)) == {}  # the planner's default stands
+    assert manoeuvre_option(argparse.Namespace(manoeuvre_resamples=6)) == {"manoeuvre_resamples": 6}
+    with pytest.raises(ValueError, match="--manoeuvre-resamples must be >= 0"):
+        manoeuvre_option(argparse.Namespace(manoeuvre_resamples=-1))

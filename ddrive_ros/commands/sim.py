@@ -63,6 +63,9 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--no-draft-previous", action="store_true",
                    help="speculative rows draft every plan cold, not from the previous plan (the forwards it saves)")
+    p.add_argument("--manoeuvre-resamples", type=int, default=None, metavar="N",
+                   help="safety rows: trajectories resampled when the meta names a lane change or turn the plan does "
+                        "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 0)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -149,6 +152,15 @@ def smoothing_option(args: argparse.Namespace) -> dict:
     return {"speed_smoothing": float(args.speed_smoothing)}
 
 
+def manoeuvre_option(args: argparse.Namespace) -> dict:
+    """The planner keyword for --manoeuvre-resamples: none when not given (the planner's default stands)."""
+    if args.manoeuvre_resamples is None:
+        return {}
+    if args.manoeuvre_resamples < 0:
+        raise ValueError(f"--manoeuvre-resamples must be >= 0, got {args.manoeuvre_resamples}")
+    return {"manoeuvre_resamples": int(args.manoeuvre_resamples)}
+
+
 def accel_clip(text: str) -> tuple[float, float]:
     """--accel-clip LO,HI -> (lo, hi), lo < hi."""
     try:
@@ -222,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
+            if args.ros and args.manoeuvre_resamples is not None:
+                raise ValueError("--manoeuvre-resamples applies to in-process planners; the node takes its "
+                                 "manoeuvre_resamples parameter")
             if args.ros and reflect == "oracle":
                 raise ValueError("the oracle row needs the world's true road users: drive it in-process")
             if args.ros and reflect in ("safety", "both"):
@@ -245,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous,
-                                                         **smoothing_option(args), **accel_clip_option(args)))
+                                                         **smoothing_option(args), **accel_clip_option(args),
+                                                         **manoeuvre_option(args)))
                 warm_up(planner)
                 context_of = None
                 if reflect in ("safety", "both"):
@@ -369,7 +385,8 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
                       "ros": bool(args.ros), "num_threads": args.num_threads,
                       "speed_smoothing": getattr(args, "speed_smoothing", None),
-                      "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S, **extra},
+                      "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
+                      "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
