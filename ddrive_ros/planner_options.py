@@ -25,10 +25,10 @@ class PlannerOptions:
     autoedit_tau: float = 0.5  # AutoEdit rewrites a drafted token less than this times as likely as its prediction
     safety_rounds: int = 3  # anchor search + inpainting rounds of safety-guided reflection
     # safety-guided reflection: trajectories sampled (temperature 0.6) from the same prefix when the plan's meta names a
-    # lane change or turn its trajectory does not make; a sample is kept where the safety check scores it better.
-    # 0: never. Off: on validation seed 31 it made one more lane change in 60 episodes and drove no better
-    # (closed loop -0.009, SE 0.016; docs/reflection.md, "Manoeuvres the meta names")
-    manoeuvre_resamples: int = 0
+    # lane change (not yet under way) or turn its trajectory does not make; a sample is kept where the safety check
+    # scores it better. 0: never, and the rule is not checked. Validation seed 31, 60 episodes: one more lane change
+    # made, PDMS +0.006 (SE 0.004) against safety without it (docs/reflection.md, "Manoeuvres the meta names")
+    manoeuvre_resamples: int = 6
     # speculative decoding drafts each block from the previous plan carried forward to the new stamp
     # (ddrive_ros/previous_plan.py): fewer forwards on a stream, the same greedy plan
     draft_previous: bool = True

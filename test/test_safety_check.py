@@ -130,6 +130,14 @@ def test_a_lane_change_the_meta_names_must_be_made_and_no_anchor_mends_it():
     assert only(check(halfway, T, ctx, "KEEP", "LEFT_CHANGE"), "manoeuvre").severity == pytest.approx(0.4)
     assert search_anchor(straight(8.0), T, ctx, v, "KEEP", "LEFT_CHANGE") is None
     assert check(straight(8.0), T, ctx, "KEEP", "STRAIGHT") == []  # nothing asked, nothing flagged
+    # a change under way is not judged: with the road heading 5 deg left of the ego, the ego heads 5 deg right of
+    # it, so a RIGHT_CHANGE is under way (however little the plan moves) and a LEFT_CHANGE is not
+    a = np.radians(5.0)
+    road = np.stack([np.cos(a) * np.arange(-10.0, 80.0, 2.0), np.sin(a) * np.arange(-10.0, 80.0, 2.0)], axis=1)
+    along = SafetyContext(8.0, corridor=Corridor(road, 5.25), limits=ctx.limits)
+    ahead = np.stack([8.0 * T * np.cos(a), 8.0 * T * np.sin(a)], axis=1)  # keeps its offset from the road's line
+    assert check(ahead, T, along, "KEEP", "RIGHT_CHANGE") == []
+    assert kinds(check(ahead, T, along, "KEEP", "LEFT_CHANGE")) == ["manoeuvre"]
     # a turn: straight on under LEFT_TURN is short by turn_min_deg of heading; a real left turn is not
     turn = only(check(straight(8.0), T, ctx, "KEEP", "LEFT_TURN"), "manoeuvre")
     assert turn.severity == pytest.approx(np.radians(ctx.limits.turn_min_deg))

@@ -80,13 +80,17 @@ class Limits:
     # the manoeuvre rule, off (None) unless asked for (SafetyReflect asks when it may resample: MANOEUVRE_LIMITS)
     change_min_m: float | None = None  # m, a *_CHANGE plan must end at least this far to its side, along the road
     turn_min_deg: float | None = None  # deg, a *_TURN plan must end heading at least this far to its side
+    # deg, with a corridor: a lane change whose ego already heads this far to its side (against the corridor) is
+    # under way and is not judged (how far it has come is not known without the lanes; the label flips to STRAIGHT
+    # for the last 2 m of a change, so a rule asking for 1 m more there pushes the car past the target lane)
+    change_underway_deg: float | None = None
     min_move_m: float = 0.25  # m, a shorter segment is standing still: its heading is held from the one before
 
 
 # The manoeuvre rule's thresholds: the label calls a lane change from 2 m of offset and a turn from 30 deg of heading
 # change relative to the road, over 5 s (sim/labels.py); half of each leaves room for a 4 s horizon and a slower
 # manoeuvre, and still catches a plan that goes straight on (0 m, 0 deg)
-MANOEUVRE_LIMITS = {"change_min_m": 1.0, "turn_min_deg": 15.0}
+MANOEUVRE_LIMITS = {"change_min_m": 1.0, "turn_min_deg": 15.0, "change_underway_deg": 2.0}
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,15 @@ def _kinematic_records(m: dict[str, np.ndarray], lim: Limits) -> list[Record]:
     return out
 
 
+def _heading_at_origin(line: np.ndarray) -> float:
+    """Heading (rad, ego frame) of the polyline's segment nearest the origin: the road's direction where the ego
+    is, so the ego's heading against the road is minus this."""
+    a, ab = line[:-1], np.diff(line, axis=0)
+    u = np.clip(-np.einsum("ij,ij->i", a, ab) / np.maximum(np.einsum("ij,ij->i", ab, ab), 1e-12), 0.0, 1.0)
+    j = int(np.argmin(np.hypot(*(a + u[:, None] * ab).T)))
+    return float(np.arctan2(ab[j, 1], ab[j, 0]))
+
+
 def _polyline_offset(points: np.ndarray, line: np.ndarray) -> np.ndarray:
     """Signed distance (left positive) of points (..., 2) to the nearest point of a polyline (M, 2)."""
     q = points.reshape(-1, 2)
@@ -249,7 +262,9 @@ def _meta_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ctx: S
         # the manoeuvre must be made, not only not undone: judged at the plan's end; to the wrong side is "meta" alone
         change = lateral.endswith("CHANGE")
         need = lim.change_min_m if change else lim.turn_min_deg
-        if need is not None:
+        underway = (change and ctx.corridor is not None and lim.change_underway_deg is not None
+                    and -sign * _heading_at_origin(ctx.corridor.centerline) > np.radians(lim.change_underway_deg))
+        if need is not None and not underway:
             short = (need - sign * offset[:, -1:]) if change else (np.radians(need) - sign * m["yaw"][:, -1:])
             flags = np.zeros(offset.shape, bool)
             flags[:, -1:] = (short > 0.0) & ~(wrong[:, -1:] > 0.0)
