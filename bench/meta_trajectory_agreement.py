@@ -12,6 +12,8 @@ A meta that is right while the trajectory goes straight on is a plan that names 
 
     .venv/bin/python bench/meta_trajectory_agreement.py --checkpoint fast_ddrive_tiny --seed 31 --episodes 200 \\
         --json bench/results/meta_trajectory_agreement_val31.json
+    .venv/bin/python bench/meta_trajectory_agreement.py --replot bench/results/meta_trajectory_agreement_val31.json \\
+        bench/results/meta_trajectory_agreement_round4_val31.json --plot docs/meta_trajectory_agreement.png
 """
 from __future__ import annotations
 
@@ -73,6 +75,35 @@ def table(samples: list[dict]) -> list[dict]:
     return rows
 
 
+def plot(runs: list[dict], path: str) -> None:
+    """Per label, bars of meta right / trajectory makes it / expert makes it, one group of bars per saved run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [c for c in CLASSES if c != "STRAIGHT"]
+    fig, axes = plt.subplots(1, len(runs), figsize=(5.5 * len(runs), 3.8), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        rows = {r["label"]: r for r in run["rows"]}
+        x = np.arange(len(labels))
+        for i, (key, colour) in enumerate((("meta_right", "tab:blue"), ("trajectory_makes_it", "tab:red"),
+                                           ("expert_makes_it", "tab:grey"))):
+            share = [rows[c][key] / rows[c]["samples"] if c in rows else 0.0 for c in labels]
+            ax.bar(x + (i - 1) * 0.27, share, 0.27, color=colour, label=key.replace("_", " "))
+        ax.set_xticks(x, [f"{c}\n({rows[c]['samples'] if c in rows else 0})" for c in labels], fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("share of the label's samples")
+        ax.set_title(f"{Path(str(run['checkpoint'])).name}, seed {run['seed']}", fontsize=10)
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=3)
+    fig.suptitle("the meta names the manoeuvre; does the trajectory make it? (open loop, 5 s)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", default="fast_ddrive_tiny")
@@ -80,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=200, help="one sample per episode, as ddrive eval")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--plot", default=None, metavar="PNG", help="draw the table (with --replot: the saved runs)")
+    ap.add_argument("--replot", nargs="+", default=None, metavar="JSON", help="measure nothing: draw --plot from saved runs")
     args = ap.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            raise SystemExit("--replot needs --plot PNG")
+        plot([json.loads(Path(f).read_text()) for f in args.replot], args.plot)
+        return 0
     torch.set_num_threads(args.threads)
     samples = measure(args.checkpoint, args.seed, args.episodes)
     rows = table(samples)
@@ -89,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+    doc = {"checkpoint": args.checkpoint, "seed": args.seed, "rows": rows, "samples": samples}
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"checkpoint": args.checkpoint, "seed": args.seed, "rows": rows,
-                                               "samples": samples}, indent=1))
+        Path(args.json).write_text(json.dumps(doc, indent=1))
         print(f"wrote {args.json}")
+    if args.plot:
+        plot([doc], args.plot)
     return 0
 
 

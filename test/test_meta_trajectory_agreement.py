@@ -26,12 +26,17 @@ def test_the_rule_reads_lane_changes_by_offset_and_turns_by_heading():
 
 def test_a_few_validation_samples_are_measured(tmp_path):
     out = tmp_path / "agree.json"
+    png = tmp_path / "agree.png"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--seed", "31", "--episodes", "3", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = json.loads(out.read_text())
     assert len(res["samples"]) == 3 and sum(r["samples"] for r in res["rows"]) == 3
     assert "| label | samples | meta_right |" in proc.stdout
+    # the picture is drawn from saved runs, two side by side, without planning again
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--replot", str(out), str(out), "--plot", str(png)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and png.stat().st_size > 10_000, proc.stderr[-2000:]
 
 
 def test_a_checkpoint_without_meta_is_refused():
