@@ -165,7 +165,6 @@ class SafetyReflect:
                           "message": v.message} for v in vs] for _, vs, _ in after])
         return best
 
-
     def _resample(self, backend: Backend, layout: Layout, best: torch.Tensor, best_rows: list, start: TrajectoryStart,
                   strategy: Strategy, stats: DecodeStats, traj_editable: torch.Tensor, template: torch.Tensor) -> int:
         """Rows whose meta names a lane change or turn their trajectory does not make get `resamples` trajectories
@@ -182,9 +181,9 @@ class SafetyReflect:
         for _ in range(self.resamples):
             x = torch.where(rows[:, None] & traj_editable[None], template[None], best)
             carry = start.carry
-            for block in start.blocks:
+            for i, block in enumerate(start.blocks):  # the last block's commit would write K/V nobody reads
                 carry = decode_block(backend, layout, start.masks, x, block, carry, strategy,
-                                     self.resample_temperature, gen, stats, pinned)
+                                     self.resample_temperature, gen, stats, pinned, commit=i + 1 < len(start.blocks))
             for r, row in enumerate(self._check(x)):
                 if need[r] and row[2] < best_rows[r][2]:
                     best[r], best_rows[r] = x[r], row
