@@ -65,7 +65,7 @@ def register(sub) -> None:
                    help="speculative rows draft every plan cold, not from the previous plan (the forwards it saves)")
     p.add_argument("--manoeuvre-resamples", type=int, default=None, metavar="N",
                    help="safety rows: trajectories resampled when the meta names a lane change or turn the plan does "
-                        "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 0)")
+                        "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 6; 0 = off)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
