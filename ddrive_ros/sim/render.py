@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH, CameraModel, default_cameras
-from ddrive_ros.sim.road import SIDEWALK_WIDTH, Road, RoadMap
+from ddrive_ros.sim.road import LANE_WIDTH, SIDEWALK_WIDTH, Road, RoadMap
 from ddrive_ros.sim.scenario import VEHICLE
 from ddrive_ros.sim.traffic_light import GREEN, RED, YELLOW
 
@@ -105,11 +105,16 @@ def _strip(road: Road, s: np.ndarray, d_lo: float, d_hi: float) -> np.ndarray:
     return _ground(np.concatenate([lo, hi[::-1]]))
 
 
-def _line_segments(road: Road, s: np.ndarray, d: float, dashed: bool, gaps: list[tuple[float, float]]) -> np.ndarray:
+def _line_segments(road: Road, s: np.ndarray, d: float, dashed: bool, gaps: list[tuple[float, float]],
+                   solid: list[tuple[float, float]] = ()) -> np.ndarray:
+    """Segments of the line at offset `d`; a dashed line is solid over the `solid` s ranges."""
     keep = np.ones(len(s) - 1, dtype=bool)
     mid = 0.5 * (s[1:] + s[:-1])
     if dashed:
-        keep &= np.mod(mid, 9.0) < 3.0
+        dash = np.mod(mid, 9.0) < 3.0
+        for lo, hi in solid:
+            dash |= (mid >= lo) & (mid <= hi)
+        keep &= dash
     for lo, hi in gaps:
         keep &= (mid < lo) | (mid > hi)
     pts, _ = road.ref.pose_at(s, np.full(len(s), d))
@@ -137,7 +142,8 @@ def build_static(road_map: RoadMap, s_range: tuple[float, float]) -> _Static:
         white.append(_line_segments(road, s, road.edge_right + 0.25, False, gaps[r]))
         white.append(_line_segments(road, s, road.edge_left - 0.25, False, gaps[r]))
         for i in range(1, road.n_forward):
-            white.append(_line_segments(road, s, -i * 3.5, True, gaps[r]))
+            solid = [(sd.s_lo, sd.s_hi) for sd in road_map.solid_dividers if r == 0 and sd.lane + 1 == i]
+            white.append(_line_segments(road, s, -i * LANE_WIDTH, True, gaps[r], solid))
         for i in range(1, road.n_backward):
             white.append(_line_segments(road, s, i * 3.5, True, gaps[r]))
         st.lines.setdefault(YELLOW_PAINT, []).append(_line_segments(road, s, 0.0, False, gaps[r]))

@@ -81,11 +81,26 @@ class Intersection:
         return self.main_box if road == 0 else self.cross_box
 
 
+@dataclass(frozen=True)
+class SolidDivider:
+    """A stretch of a lane divider painted solid (no lane change across it) where the road's
+    dividers are otherwise dashed: main-road lanes `lane` and `lane + 1` (forward lanes, numbered
+    from the centre line) between main-road s `s_lo` and `s_hi`."""
+    lane: int
+    s_lo: float
+    s_hi: float
+
+    @property
+    def d(self) -> float:
+        return -(self.lane + 1) * LANE_WIDTH
+
+
 @dataclass
 class RoadMap:
     roads: list[Road]
     intersection: Intersection | None = None
     crosswalks: list[Crosswalk] = field(default_factory=list)
+    solid_dividers: list[SolidDivider] = field(default_factory=list)
 
     @property
     def main(self) -> Road:

@@ -19,6 +19,7 @@ from ddrive_ros.sim.road import (
     Road,
     RoadMap,
     Route,
+    SolidDivider,
     lane_change_route,
     lane_route,
     main_reference,
@@ -182,6 +183,9 @@ def sample_scenario(seed: int, duration_s: float = 12.0) -> Scenario:
         s_start = float(v_ref * rng.uniform(0.3, 4.0) + 5.0)
         length = float(max(v_ref, 0.8 * v_limit) * rng.uniform(2.5, 4.0))
         route = lane_change_route(main, lane, target, s_start, length, s_lo, s_hi, v_limit)
+        # the divider the change crosses is solid up to where the change starts, as on a real road: the start
+        # is then something the cameras see, not a moment the expert picks at random
+        road_map.solid_dividers.append(SolidDivider(min(lane, target), s_lo, s_start))
     else:
         route = lane_route(main, lane, s_lo, s_hi, v_limit)
     start_xy, _ = main.ref.pose_at(0.0, float(main.lane_d(lane)))
