@@ -13,6 +13,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from ddrive_ros.observation import NAV_COMMANDS
 from ddrive_ros.observation_recipe import EgoTrack, assemble
 from ddrive_ros.plan import Plan
 from ddrive_ros.sample import LABEL_SCHEMA, Sample, future_in_range, label_sections, label_waypoint_times
@@ -20,7 +21,7 @@ from ddrive_ros.sim.camera import DEFAULT_HEIGHT, DEFAULT_WIDTH
 from ddrive_ros.sim.drift import DriftSpec, episode_drift
 from ddrive_ros.sim.labels import critical_objects, explanation, meta_behavior
 from ddrive_ros.sim.render import Renderer
-from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH
+from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH, sample_scenario
 from ddrive_ros.sim.world import FRAME_DT, Episode
 from ddrive_ros.timeline import FRAME_HISTORY_S, FUTURE_HORIZON_S, OUTPUT_TIMES, PAST_HORIZON_S
 from ddrive_ros.trajectory import wrap_angle, world_to_ego
@@ -112,13 +113,22 @@ def make_sample(episode: Episode, t0_index: int, renderer: Renderer | None = Non
 
 def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride_s: float = 0.5,
                  frame_spacing_s: float = FRAME_HISTORY_S, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                 progress: bool = False, drift: DriftSpec | None = None) -> Iterator[Sample]:
+                 progress: bool = False, drift: DriftSpec | None = None,
+                 commands: tuple[str, ...] | None = None) -> Iterator[Sample]:
     """Samples of `n_episodes` episodes (seeds from `episode_seeds(seed, n)`), every `stride_s` seconds.
     With `drift`, every episode is a drift-and-recover one (`sim/drift.py`, drawn from the episode's seed)
-    and only anchors at or after its drift's end are kept."""
+    and only anchors at or after its drift's end are kept. With `commands`, only the episodes whose
+    navigation command is one of them are simulated (the others are drawn and dropped: the kept ones are
+    the same episodes an unfiltered call gives)."""
+    if commands is not None:
+        unknown = set(commands) - set(NAV_COMMANDS)
+        if unknown or not commands:
+            raise ValueError(f"commands {sorted(unknown) or list(commands)}: each must be one of {list(NAV_COMMANDS)}")
     renderer = default_renderer(width, height)
     skipped = 0
     for ep_seed in tqdm(episode_seeds(seed, n_episodes), desc="episodes", unit="ep", disable=not progress):
+        if commands is not None and sample_scenario(ep_seed, duration_s).nav_command not in commands:
+            continue
         d = episode_drift(ep_seed, drift) if drift is not None else None
         episode = Episode(ep_seed, duration_s, drift=d)
         track = ego_track(episode)
@@ -137,10 +147,11 @@ def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride
 
 def samples_from_world(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride_s: float = 0.5,
                        frame_spacing_s: float = FRAME_HISTORY_S, width: int = DEFAULT_WIDTH, height: int = DEFAULT_HEIGHT,
-                       progress: bool = True, drift: DriftSpec | None = None) -> Iterator[Sample]:
+                       progress: bool = True, drift: DriftSpec | None = None,
+                       commands: tuple[str, ...] | None = None) -> Iterator[Sample]:
     """Training samples straight from the simulation: the same episodes and anchors that
     `write_bag((seed, n_episodes))` + `extract_samples` give, without the bag round trip (drifting
     episodes have no bag)."""
     yield from iter_samples(seed, n_episodes, duration_s=duration_s, stride_s=stride_s,
                             frame_spacing_s=frame_spacing_s, width=width, height=height, progress=progress,
-                            drift=drift)
+                            drift=drift, commands=commands)

@@ -43,14 +43,18 @@ def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
         return out
     source = data.get("source", "world")
     if source == "world":
-        unknown = set(data) - {"source", "seed", "episodes", "duration_s", "stride_s", "drift"}
+        unknown = set(data) - {"source", "seed", "episodes", "duration_s", "stride_s", "drift", "commands"}
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)} in a `source: world` data entry "
-                             f"(source, seed, episodes, duration_s, stride_s, drift)")
+                             f"(source, seed, episodes, duration_s, stride_s, drift, commands)")
         drift = DriftSpec.from_dict(data["drift"]) if "drift" in data else None
+        commands = data.get("commands")
+        if commands is not None and (isinstance(commands, str) or not isinstance(commands, (list, tuple))):
+            raise ValueError(f"`commands` of a `source: world` data entry must be a list of navigation commands, "
+                             f"not {commands!r}")
         return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
                                        duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5)),
-                                       drift=drift))
+                                       drift=drift, commands=tuple(commands) if commands is not None else None))
     if source == "bags":
         out = []
         for bag in data["bags"]:
