@@ -21,7 +21,7 @@ from ddrive_ros.sim.labels import (
     unknown_words,
 )
 from ddrive_ros.sim.polyline import Polyline
-from ddrive_ros.sim.render import Renderer, clip_polygon
+from ddrive_ros.sim.render import WHITE, Renderer, build_static, clip_polygon
 from ddrive_ros.sim.road import Road, Route
 from ddrive_ros.sim.sample import (
     EGO_BOX_OFFSET,
@@ -66,6 +66,18 @@ def test_iter_samples_is_deterministic_and_seeds_are_spread():
         assert x.labels.explanation == y.labels.explanation
     seeds = episode_seeds(0, 50)
     assert len(set(seeds)) == 50 and episode_seeds(0, 3) == seeds[:3] and episode_seeds(1, 3) != seeds[:3]
+
+
+def test_iter_samples_keeps_only_the_episodes_of_the_commands_asked():
+    wanted = ("CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT")
+    kept = list(iter_samples(9, 12, duration_s=7.5, stride_s=1.0, commands=wanted))
+    every = list(iter_samples(9, 12, duration_s=7.5, stride_s=1.0))
+    expected = [x for x in every if sample_scenario(x.episode_seed, 7.5).nav_command in wanted]
+    assert 0 < len(expected) < len(every)
+    assert [(x.episode_seed, x.t0) for x in kept] == [(x.episode_seed, x.t0) for x in expected]
+    np.testing.assert_array_equal(kept[0].observation.images, expected[0].observation.images)
+    with pytest.raises(ValueError, match="TURN_SIDEWAYS"):
+        list(iter_samples(9, 1, commands=("TURN_SIDEWAYS",)))
 
 
 # -- simulation -------------------------------------------------------------------------------
@@ -257,6 +269,47 @@ def test_renderer_draws_sky_road_and_is_fast():
     assert ms_per_image < 25.0, f"rendering took {ms_per_image:.1f} ms per image"
     wide = Renderer(width=320, height=192).render(ep, 0)
     assert wide.shape == (3, 192, 320, 3)
+
+
+def _divider_segments_at(st, d: float, main: Road, tol: float = 0.3) -> np.ndarray:
+    """Main-road s of the white segments whose midpoints lie on the line at offset d."""
+    seg = st.lines[WHITE][0]
+    mid = seg[:, :, :2].mean(axis=1)
+    s, dd = main.ref.project(mid)
+    return np.sort(s[np.abs(dd - d) < tol])
+
+
+def test_a_lane_change_crosses_a_divider_painted_solid_up_to_where_the_change_starts():
+    lane_change = other = None
+    for seed in range(200):
+        sc = sample_scenario(seed)
+        if sc.nav_command.startswith("CHANGE_LANE") and lane_change is None:
+            lane_change = sc
+        elif sc.road_map.main.n_forward > 1 and not sc.nav_command.startswith("CHANGE_LANE") and other is None:
+            other = sc
+    assert lane_change is not None and other is not None
+    assert other.road_map.solid_dividers == []
+    (solid,) = lane_change.road_map.solid_dividers
+    ego = lane_change.ego
+    target = ego.lane - 1 if lane_change.nav_command == "CHANGE_LANE_LEFT" else ego.lane + 1
+    assert solid.lane == min(ego.lane, target)
+    assert solid.d == pytest.approx((lane_change.road_map.main.lane_d(ego.lane) + lane_change.road_map.main.lane_d(target)) / 2)
+    # the route leaves its lane where the divider stops being solid
+    start = ego.route.maneuver_span[0]
+    main = lane_change.road_map.main
+    xy = ego.route.path.point_at(np.array([start - 5.0, start + 15.0]))
+    _, d = main.ref.project(xy)
+    assert abs(d[0] - main.lane_d(ego.lane)) < 0.05 and abs(d[1] - main.lane_d(ego.lane)) > 0.3
+    st = build_static(lane_change.road_map, (-30.0, 150.0))
+    s = _divider_segments_at(st, solid.d, main)
+    before, after = s[s < solid.s_hi - 1.0], s[s > solid.s_hi + 1.0]
+    assert len(before) and np.all(np.diff(before) < 2.0)  # unbroken: a segment every 1.5 m
+    assert len(after) and np.max(np.diff(after)) > 4.0  # dashes: 3 m painted, 6 m gap
+    # the other dividers of the same road stay dashed all along
+    for i in range(1, main.n_forward):
+        if -i * 3.5 != solid.d:
+            s_other = _divider_segments_at(st, -i * 3.5, main)
+            assert np.max(np.diff(s_other[s_other < solid.s_hi])) > 4.0
 
 
 # -- samples ----------------------------------------------------------------------------------
