@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from ddrive_ros import share_dir
+from ddrive_ros.decoding import logit_bias
 from ddrive_ros.model.config import ModelConfig
 from ddrive_ros.model.vla import DrivingVLA
 from ddrive_ros.scaffold.layout import Layout
@@ -41,6 +42,9 @@ class Bundle:
     config: ModelConfig
     meta: dict[str, Any]
     path: Path | None = None
+    # fitted to these weights after training (config.yaml `calibration:`; e.g. `logit_bias`, decoding/logit_bias.py).
+    # `save` does not carry it over: new weights need a new fit (`write_calibration`)
+    calibration: dict[str, Any] = field(default_factory=dict)
 
 
 def build_random(config: str | Path, schema: str | Path, block_size: int | None = None, seed: int = 0,
@@ -158,4 +162,37 @@ def load(path: str | Path | None, device: str = "cpu") -> Bundle:
             f"shape mismatch {[(k, tuple(state[k].shape), tuple(own[k].shape)) for k in wrong[:3]]}"
         )
     model.load_state_dict(state)
-    return Bundle(model.eval(), tok, schema, cfg, doc.get("meta", {}), folder)
+    calibration = _checked_calibration(doc.get("calibration"), layout, folder / CONFIG)
+    return Bundle(model.eval(), tok, schema, cfg, doc.get("meta", {}), folder, calibration)
+
+
+CALIBRATION_KEYS = ("logit_bias", "fitted_by")
+
+
+def _checked_calibration(cal: Any, layout: Layout, where: Path) -> dict[str, Any]:
+    """config.yaml's `calibration:` mapping, checked against the layout (CheckpointError naming the file)."""
+    if cal is None:
+        return {}
+    if not isinstance(cal, dict) or set(cal) - set(CALIBRATION_KEYS):
+        raise CheckpointError(f"{where}: calibration must be a mapping with keys {list(CALIBRATION_KEYS)}, got {cal!r}")
+    try:
+        spec = logit_bias.parse(cal.get("logit_bias"), where=f"{where} calibration.logit_bias")
+        logit_bias.entries(layout, spec)
+    except ValueError as e:
+        raise CheckpointError(str(e) if str(where) in str(e) else f"{where} calibration: {e}") from e
+    return {**cal, "logit_bias": spec}
+
+
+def write_calibration(folder: str | Path, calibration: dict[str, Any]) -> Path:
+    """Set config.yaml's `calibration:` of a checkpoint folder (checked by loading it back)."""
+    path = resolve(folder) / CONFIG
+    doc = yaml.safe_load(path.read_text())
+    old = path.read_text()
+    doc["calibration"] = calibration
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        load(path.parent)
+    except CheckpointError:
+        path.write_text(old)
+        raise
+    return path

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ddrive_ros import checkpoint as ckpt
+from ddrive_ros.decoding import logit_bias
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode
 from ddrive_ros.decoding.reflect import make_reflector
 from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
@@ -38,6 +39,9 @@ class Planner:
         self.layout = Layout(self.schema, self.tokenizer, block_size)
         self.codec = Codec(self.layout)
         self.strategy = make_strategy(opt.decoder, **opt.knobs)
+        spec = bundle.calibration.get("logit_bias", {}) if opt.logit_bias is None else opt.logit_bias
+        self.logit_bias = logit_bias.parse(spec, "logit_bias")  # {field: {value: offset}}, for the record
+        self._bias_entries = logit_bias.entries(self.layout, self.logit_bias)
         make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
         if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
             raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
@@ -130,7 +134,8 @@ class Planner:
             draft, source = kinematic_ids(self.codec, obs), "kinematic"
         prior = torch.from_numpy(draft) if draft is not None else None
         ids, stats = decode(self.backend, self.layout, prompt, self.strategy,
-                            DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans),
+                            DecodeOptions(opt.temperature, opt.rollouts, opt.rollout_temperature, opt.seed + self._plans,
+                                          self._bias_entries),
                             reflect=reflector, prior=prior)
         t3 = time.perf_counter()
         stats.prior = source if prior is not None else ""

@@ -43,3 +43,7 @@ class PlannerOptions:
     # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
     # +3 / -4..-7, values the model never saw. None: read as measured
     accel_clip: tuple[float, float] | None = None
+    # decode-time offsets to enum values' log-odds, {field: {value: offset}} (decoding/logit_bias.py); every decoder
+    # reads them alike, so speculative still equals AR. None: the checkpoint's fitted ones (config.yaml
+    # `calibration.logit_bias`, bench/meta_calibration.py); {}: none
+    logit_bias: dict[str, dict[str, float]] | None = None

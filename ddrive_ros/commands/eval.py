@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ddrive_ros.commands.sim import accel_clip
+from ddrive_ros.commands.sim import LOGIT_BIAS_HELP, accel_clip, logit_bias_arg
 from ddrive_ros.planner_options import PlannerOptions
 
 
@@ -26,6 +26,7 @@ def register(sub) -> None:
                         "default: the planner's)")
     p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
                    help="clamp the acceleration the model reads to [LO, HI] m/s^2 (default: the planner's, none)")
+    p.add_argument("--logit-bias", type=logit_bias_arg, default=None, metavar="SPEC", help=LOGIT_BIAS_HELP)
     p.add_argument("--json", default=None)
     p.add_argument("--plots", default=None, help="folder for PNGs")
     p.set_defaults(func=run)
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ddrive_ros.evaluation.evaluate import evaluate, markdown
 
     rows = evaluate(args.checkpoint, args.episodes, args.seed, args.per_episode, args.methods, args.plots,
-                    args.rollout_temperature, args.reflect, args.speed_smoothing, args.accel_clip)
+                    args.rollout_temperature, args.reflect, args.speed_smoothing, args.accel_clip, args.logit_bias)
     print(markdown(rows))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         config = {"checkpoint": args.checkpoint or "fast_ddrive_tiny", "episodes": args.episodes, "seed": args.seed,
                   "speed_smoothing": args.speed_smoothing if args.speed_smoothing is not None
                   else PlannerOptions.speed_smoothing,
-                  "accel_clip": args.accel_clip, "accel_window_s": ACCEL_WINDOW_S}
+                  "accel_clip": args.accel_clip, "accel_window_s": ACCEL_WINDOW_S,
+                  "logit_bias": args.logit_bias}
         Path(args.json).write_text(json.dumps({"rows": rows, "config": config}, indent=2))
     return 0

@@ -72,6 +72,8 @@ def register(sub) -> None:
     p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
                    help="clamp the acceleration the model reads to [LO, HI] m/s^2 (e.g. -2,1.5: its training range; "
                         "default: the planner's, none)")
+    p.add_argument("--logit-bias", type=logit_bias_arg, default=None, metavar="SPEC",
+                   help=LOGIT_BIAS_HELP)
     p.add_argument("--tree-rows", type=int, default=1,
                    help="speculative rows: candidate rows per verification (decoding/tree.py; the same plans, fewer forwards)")
     p.add_argument("--tree-depth", type=int, default=1, choices=(1, 2),
@@ -172,6 +174,27 @@ def accel_clip(text: str) -> tuple[float, float]:
     return lo, hi
 
 
+LOGIT_BIAS_HELP = ("decode-time offsets to enum values' log-odds, 'field.VALUE=offset,...' (e.g. "
+                   "lateral.LEFT_TURN=2,lateral.RIGHT_TURN=2; decoding/logit_bias.py), or 'none'; default: the "
+                   "checkpoint's fitted calibration, if any")
+
+
+def logit_bias_arg(text: str) -> dict:
+    """--logit-bias SPEC -> {field: {value: offset}} ('none' -> {}: no offsets, not even the checkpoint's)."""
+    from ddrive_ros.decoding.logit_bias import parse
+
+    try:
+        return parse(text, "--logit-bias")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def logit_bias_option(args: argparse.Namespace) -> dict:
+    """The planner keyword for --logit-bias: none when not given (the checkpoint's calibration stands)."""
+    bias = getattr(args, "logit_bias", None)
+    return {} if bias is None else {"logit_bias": bias}
+
+
 def accel_clip_option(args: argparse.Namespace) -> dict:
     """The planner keyword for --accel-clip: none when not given (the planner's default stands)."""
     clip = getattr(args, "accel_clip", None)
@@ -232,6 +255,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
             if args.ros and args.accel_clip is not None:
                 raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
+            if args.ros and args.logit_bias is not None:
+                raise ValueError("--logit-bias applies to in-process planners; the node decodes with the checkpoint's "
+                                 "calibration")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and args.manoeuvre_resamples is not None:
@@ -261,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous,
                                                          **smoothing_option(args), **accel_clip_option(args),
-                                                         **manoeuvre_option(args)))
+                                                         **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
                 context_of = None
                 if reflect in ("safety", "both"):
@@ -386,7 +412,8 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "ros": bool(args.ros), "num_threads": args.num_threads,
                       "speed_smoothing": getattr(args, "speed_smoothing", None),
                       "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
-                      "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None), **extra},
+                      "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
+                      "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

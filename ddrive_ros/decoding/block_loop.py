@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from ddrive_ros.decoding.layout_tensors import BlockTensors, LayoutTensors, layout_tensors
+from ddrive_ros.decoding.logit_bias import Entries
 from ddrive_ros.decoding.sampling import choose, constrained_probs, first_true, greedy_choice, verify, verify_greedy
 from ddrive_ros.plan import DecodeStats
 from ddrive_ros.planner_options import PlannerOptions
@@ -69,6 +70,8 @@ class DecodeOptions:
     rollouts: int = 1  # trajectory rollouts forked from the shared prefix
     rollout_temperature: float = PlannerOptions.rollout_temperature  # the one default
     seed: int = 0
+    # (position, token id, offset) added to the log-odds there, for every decoder alike (decoding/logit_bias.py)
+    logit_bias: Entries = ()
 
 
 class BlockContext:
@@ -241,7 +244,7 @@ def decode(backend: Backend, layout: Layout, prompt: torch.Tensor, strategy: Str
     device = carry.device
     # sampling happens where the logits are: a CPU generator cannot drive multinomial on CUDA tensors
     gen = torch.Generator(device=device).manual_seed(opt.seed)
-    masks = layout_tensors(layout, backend.window, backend.vocab_size, device)
+    masks = layout_tensors(layout, backend.window, backend.vocab_size, device, opt.logit_bias)
     out = masks.template[None].clone()
     priors = _prior_windows(layout, prior, device) if prior is not None else {}
     stats.prior_blocks = len(priors)

@@ -136,14 +136,19 @@ def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s:
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
              plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature,
              reflect: str = "off", speed_smoothing: float | None = None,
-             accel_clip: tuple[float, float] | None = None) -> list[dict[str, Any]]:
+             accel_clip: tuple[float, float] | None = None,
+             logit_bias: dict[str, dict[str, float]] | None = None) -> list[dict[str, Any]]:
     """`reflect`: comma-separated modes (off, autoedit, safety, both); each but off adds a
     '<method>+<mode>' row after each method's row; safety gets the sample's true road users.
     `speed_smoothing`: the planner's jerk penalty along the path (None: the planner's default);
-    `accel_clip`: the (lo, hi) range the model's acceleration input is clamped to (None: the planner's default)."""
+    `accel_clip`: the (lo, hi) range the model's acceleration input is clamped to (None: the planner's default);
+    `logit_bias`: decode-time enum offsets (None: the checkpoint's calibration; {}: none). Each learned row
+    records the offsets it decoded with."""
     smoothing = {} if speed_smoothing is None else {"speed_smoothing": float(speed_smoothing)}
     if accel_clip is not None:
         smoothing["accel_clip"] = tuple(accel_clip)
+    if logit_bias is not None:
+        smoothing["logit_bias"] = logit_bias
     bundle = ckpt.load(checkpoint)
     samples = held_out_samples(seed, episodes, per_episode)
     log.info("evaluating on %d samples from held-out episodes (seed %d)", len(samples), seed)
@@ -166,6 +171,8 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
         contexts = [sample_safety_context(s) if mode in ("safety", "both") else None for s in samples]
         plans = [planner.plan(o, c) for o, c in tqdm(list(zip(observations, contexts)), desc=name, leave=False)]
         row = score(name, [p.trajectory[:, 1:3] for p in plans], samples, plans, horizon, open_loop_pdm=True)
+        if planner.logit_bias:
+            row["logit_bias"] = planner.logit_bias
         if mode != "off":
             row["edited_tokens_per_plan"] = float(np.mean([p.stats.reflect.get("edited_tokens", 0) for p in plans]))
             row["reflect_forwards_per_plan"] = float(np.mean([p.stats.reflect.get("forwards", 0) for p in plans]))
