@@ -119,3 +119,20 @@ def test_the_calibration_fit_finds_the_offset_an_under_called_class_needs():
     assert len(res["folds"]) == 6
     assert all(f["test_macro_f1_after"] > f["test_macro_f1_before"] for f in res["folds"])
     assert "LEFT_TURN" in mc.report(data, res)
+
+
+def test_the_node_parameter_picks_the_checkpoints_calibration_none_or_a_spec(tmp_path):
+    from ddrive_ros.ros.model import load_planner, logit_bias_option
+
+    assert logit_bias_option("checkpoint") is None and logit_bias_option("none") == {}
+    assert logit_bias_option("lateral.LEFT_TURN=2") == {"lateral": {"LEFT_TURN": 2.0}}
+    with pytest.raises(ValueError, match="parameter logit_bias"):
+        logit_bias_option("lateral.LEFT_TURN")
+    path = ckpt.save(ckpt.build_random("tiny", "fast_ddrive_bins", seed=3), tmp_path / "ck")
+    ckpt.write_calibration(path, {"logit_bias": {"lateral": {"LEFT_TURN": 1.5}}, "fitted_by": "a test"})
+    planner, info = load_planner(str(path))
+    assert planner.logit_bias == info["logit_bias"] == {"lateral": {"LEFT_TURN": 1.5}}
+    assert load_planner(str(path), logit_bias="none")[0].logit_bias == {}
+    assert load_planner(str(path), logit_bias="lateral.RIGHT_TURN=-1")[0].logit_bias == {"lateral": {"RIGHT_TURN": -1.0}}
+    with pytest.raises(ValueError, match="no value 'FLY'"):
+        load_planner(str(path), logit_bias="lateral.FLY=1")

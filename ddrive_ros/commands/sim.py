@@ -189,6 +189,16 @@ def logit_bias_arg(text: str) -> dict:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def node_logit_bias(args: argparse.Namespace) -> str:
+    """--logit-bias as the node's logit_bias parameter: 'checkpoint' when not given, 'none' for {}."""
+    from ddrive_ros.decoding.logit_bias import to_strings
+
+    bias = getattr(args, "logit_bias", None)
+    if bias is None:
+        return "checkpoint"
+    return ",".join(to_strings(bias)) or "none"
+
+
 def logit_bias_option(args: argparse.Namespace) -> dict:
     """The planner keyword for --logit-bias: none when not given (the checkpoint's calibration stands)."""
     bias = getattr(args, "logit_bias", None)
@@ -255,9 +265,6 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
             if args.ros and args.accel_clip is not None:
                 raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
-            if args.ros and args.logit_bias is not None:
-                raise ValueError("--logit-bias applies to in-process planners; the node decodes with the checkpoint's "
-                                 "calibration")
             if args.ros and args.no_draft_previous:
                 raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
             if args.ros and args.manoeuvre_resamples is not None:
@@ -274,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
                 bridge = NodeBridge(NodeBridgeOptions(
                     checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
                     tree_rows=args.tree_rows if decoder == "speculative" else 1,
-                    tree_depth=args.tree_depth,
+                    tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
                     domain_id=None if args.domain_id is None else args.domain_id + i,
                     log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
                 bridges.append(bridge)

@@ -71,7 +71,8 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
                  rollout_temperature: float = _DEFAULT.rollout_temperature, device: str = _DEFAULT.device,
                  seed: int = _DEFAULT.seed, num_threads: int = 0, int8: bool = False,
                  compile: bool = False, draft_previous: bool = _DEFAULT.draft_previous,
-                 tree_rows: int = 1, tree_depth: int = 1) -> tuple[Planner, dict[str, Any]]:
+                 tree_rows: int = 1, tree_depth: int = 1,
+                 logit_bias: str = "checkpoint") -> tuple[Planner, dict[str, Any]]:
     """`num_threads` > 0 pins ONNX Runtime's intra-op threads too (without spinning): by default ORT
     takes every core and spins between runs, starving the node's executor thread on a small CPU.
     `int8`: dynamically quantised graphs (backend onnx); `compile`: torch.compile the block step
@@ -83,7 +84,7 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
     opts = PlannerOptions(backend=backend, decoder=decoder, knobs=decoder_knobs(decoder, tau, steps, tree_rows, tree_depth),
                           rollouts=max(1, int(rollouts)), rollout_temperature=float(rollout_temperature),
                           device=device, seed=int(seed), backend_options=backend_options,
-                          draft_previous=bool(draft_previous))
+                          draft_previous=bool(draft_previous), logit_bias=logit_bias_option(logit_bias))
     if checkpoint.startswith(RANDOM_PREFIX):
         parts = checkpoint[len(RANDOM_PREFIX):].split(":")
         config = parts[0] or "tiny"
@@ -94,6 +95,17 @@ def load_planner(checkpoint: str, backend: str = _DEFAULT.backend, decoder: str 
         bundle = ckpt.load(checkpoint or None, device=device)
         info = {"checkpoint": str(bundle.path or checkpoint), "random_weights": bool(bundle.meta.get("random_weights")),
                 "schema": bundle.schema.name}
+    planner = Planner(bundle, opts)
     info.update(backend=backend, decoder=decoder, knobs=opts.knobs, rollouts=opts.rollouts,
-                draft_previous=opts.draft_previous, **backend_options)
-    return Planner(bundle, opts), info
+                draft_previous=opts.draft_previous, logit_bias=planner.logit_bias, **backend_options)
+    return planner, info
+
+
+def logit_bias_option(text: str) -> dict[str, dict[str, float]] | None:
+    """The node's logit_bias parameter as PlannerOptions.logit_bias: 'checkpoint' -> None (the checkpoint's
+    calibration), 'none' -> {}, else the parsed spec (ValueError naming the parameter)."""
+    from ddrive_ros.decoding.logit_bias import parse
+
+    if text.strip().lower() == "checkpoint":
+        return None
+    return parse(text, "parameter logit_bias")

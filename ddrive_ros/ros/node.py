@@ -126,7 +126,7 @@ class PlannerCore:
         self.planner, self.model_info = load_planner(
             p("checkpoint"), p("backend"), p("decoder"), p("tau"), p("steps"), p("rollouts"),
             p("rollout_temperature"), p("device"), p("seed"), p("num_threads"), p("int8"), p("compile"),
-            p("draft_previous"), p("tree_rows"), p("tree_depth"))
+            p("draft_previous"), p("tree_rows"), p("tree_depth"), p("logit_bias"))
         self._apply_plan_option_params()
         self.image_size: tuple[int, int] = tuple(self.planner.config.vision.image_size)
         self.get_logger().info(f"planner ready in {time.perf_counter() - t:.1f} s: {self.model_info}")

@@ -64,6 +64,10 @@ PARAMETERS: dict[str, Spec] = {
                       range=(1, 64), read_only=True),
     "tree_depth": Spec(1, P.PARAMETER_INTEGER, "with tree_rows: 2 branches the candidates at two waypoints "
                        "(64 rows = 8 x 8)", range=(1, 2), read_only=True),
+    "logit_bias": Spec("checkpoint", P.PARAMETER_STRING,
+                       "decode-time offsets to enum values' log-odds: 'checkpoint' (its fitted calibration, "
+                       "bench/meta_calibration.py), 'none', or 'field.VALUE=offset,...' (decoding/logit_bias.py)",
+                       read_only=True),
     "warmup": Spec(True, P.PARAMETER_BOOL, "run one plan on a blank observation before subscribing", read_only=True),
     # ---- decoder knobs (the next plan uses them)
     "tau": Spec(0.9, P.PARAMETER_DOUBLE, "confidence threshold of the diffusion / s2d2 decoders", range=(0.0, 1.0)),

@@ -64,6 +64,7 @@ class NodeBridgeOptions:
     reflect: str = "off"  # the node's reflect parameter (safety gets no obstacles over this bridge)
     tree_rows: int = 1  # the node's tree_rows parameter (decoder speculative)
     tree_depth: int = 1  # the node's tree_depth parameter
+    logit_bias: str = "checkpoint"  # the node's logit_bias parameter
 
 
 class NodeBridge:
@@ -79,7 +80,7 @@ class NodeBridge:
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
                   "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,
-                  "tree_depth": opts.tree_depth}
+                  "tree_depth": opts.tree_depth, "logit_bias": opts.logit_bias}
         # the node's ~/input/* onto the topics this bridge publishes (the package's bag topics)
         self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path), remaps=I.bag_remaps(False))
         self.plan_topic = I.resolve(I.OUTPUT_PLAN)

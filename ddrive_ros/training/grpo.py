@@ -158,8 +158,10 @@ def _collect(bundle: ckpt.Bundle, cfg: RLConfig, iteration: int, ranks: Ranks, p
     from ddrive_ros.sim.closed_loop_run import LoopOptions
     from ddrive_ros.sim.rl_groups import collect_groups
 
+    # logit_bias={}: the groups are sampled from the raw policy the clipped ratio is computed on (a
+    # checkpoint's decode-time calibration would make them off-policy)
     planner = Planner(bundle, PlannerOptions(rollouts=cfg.rollouts, rollout_temperature=cfg.temperature,
-                                             temperature=0.0, seed=1000 * iteration + ranks.rank))
+                                             temperature=0.0, seed=1000 * iteration + ranks.rank, logit_bias={}))
     opts = LoopOptions(duration_s=cfg.duration_s, plan_hz=cfg.plan_hz, latency_ms=cfg.latency_ms)
     seed = cfg.seed * 100_003 + iteration * ranks.world + ranks.rank
     return collect_groups(planner, seed, cfg.episodes, opts, progress=progress and ranks.rank == 0, tail_s=cfg.tail_s)
