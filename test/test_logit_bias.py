@@ -112,8 +112,12 @@ def test_the_calibration_fit_finds_the_offset_an_under_called_class_needs():
     logp[np.arange(1200), labels] += 2.0
     logp[:, 1] -= 2.5  # LEFT_TURN is answered far too seldom
     data = {"checkpoint": "x", "field": "lateral", "values": values, "seeds": [1, 2, 3, 4], "per_episode": 1,
-            "labels": labels.tolist(), "logp": logp.tolist(), "seed_of": np.repeat([1, 2, 3, 4], 300).tolist()}
+            "labels": labels.tolist(), "logp": logp.tolist(), "seed_of": np.repeat([1, 2, 3, 4], 300).tolist(),
+            "anchor": np.tile([0, 1, 2], 400).tolist()}
     res = mc.analyse(data, np.arange(-1.0, 3.01, 0.5))
+    # the `ddrive eval` protocol's samples (each episode's first anchor) are reported seed by seed
+    assert [r["n"] for r in res["per_seed"].values()] == [100] * 4
+    assert res["rows"]["no offsets, first anchors"]["macro_f1"] < res["rows"]["fitted offsets, first anchors (in sample)"]["macro_f1"]
     assert res["offsets"]["STRAIGHT"] == 0.0 and res["offsets"]["LEFT_TURN"] >= 1.5
     assert res["rows"]["fitted offsets (in sample)"]["macro_f1"] > res["rows"]["no offsets"]["macro_f1"] + 0.1
     assert len(res["folds"]) == 6
