@@ -69,3 +69,23 @@ def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
     assert manoeuvre_option(argparse.Namespace(manoeuvre_resamples=6)) == {"manoeuvre_resamples": 6}
     with pytest.raises(ValueError, match="--manoeuvre-resamples must be >= 0"):
         manoeuvre_option(argparse.Namespace(manoeuvre_resamples=-1))
+
+
+def test_ddrive_sim_safety_perception_is_the_world_in_process_and_the_ego_only_over_ros(tmp_path):
+    import argparse
+
+    from ddrive_ros.cli import main
+    from ddrive_ros.commands.sim import safety_perception
+
+    assert safety_perception(argparse.Namespace(ros=False, safety_perception=None)) == "world"
+    assert safety_perception(argparse.Namespace(ros=False, safety_perception="ego")) == "ego"
+    assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "ego"
+    with pytest.raises(ValueError, match="--safety-perception world needs the world's true road users"):
+        safety_perception(argparse.Namespace(ros=True, safety_perception="world"))
+    out = tmp_path / "ego.json"
+    assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
+                 "--methods", "speculative", "--reflect", "safety", "--safety-perception", "ego", "--latency-ms", "200",
+                 "--json", str(out), "--no-progress"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["config"]["safety_perception"] == "ego"
+    assert [r["method"] for r in doc["rows"]] == ["expert", "speculative+safety"]

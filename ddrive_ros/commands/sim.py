@@ -66,6 +66,11 @@ def register(sub) -> None:
     p.add_argument("--manoeuvre-resamples", type=int, default=None, metavar="N",
                    help="safety rows: trajectories resampled when the meta names a lane change or turn the plan does "
                         "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 6; 0 = off)")
+    p.add_argument("--safety-perception", choices=("world", "ego"), default=None,
+                   help="what safety rows check plans against: world = the world's true road users and corridor "
+                        "(privileged, as the IDM row; the default in-process), ego = the ego speed only, what the node "
+                        "has without ~/input/obstacles (kinematic limits and the meta's manoeuvre; the only one with "
+                        "--ros)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -152,6 +157,17 @@ def smoothing_option(args: argparse.Namespace) -> dict:
     if not args.speed_smoothing >= 0:
         raise ValueError(f"--speed-smoothing must be >= 0, got {args.speed_smoothing}")
     return {"speed_smoothing": float(args.speed_smoothing)}
+
+
+def safety_perception(args: argparse.Namespace) -> str:
+    """--safety-perception resolved: world in-process, ego over ROS (the bridge publishes no obstacles)."""
+    chosen = getattr(args, "safety_perception", None)
+    if getattr(args, "ros", False):
+        if chosen == "world":
+            raise ValueError("--safety-perception world needs the world's true road users: drive it in-process "
+                             "(the node gets no obstacles over the bridge)")
+        return "ego"
+    return chosen or "world"
 
 
 def manoeuvre_option(args: argparse.Namespace) -> dict:
@@ -260,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.num_threads)
         # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
         node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
+        safety_perception(args)  # refuses --safety-perception world with --ros before anything starts
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
             if args.ros and args.speed_smoothing is not None:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
@@ -296,8 +313,8 @@ def run(args: argparse.Namespace) -> int:
                                                          **smoothing_option(args), **accel_clip_option(args),
                                                          **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
-                context_of = None
-                if reflect in ("safety", "both"):
+                context_of = None  # the planner then checks against the ego speed only
+                if reflect in ("safety", "both") and safety_perception(args) == "world":
                     from ddrive_ros.sim.safety_context import safety_context
 
                     context_of = safety_context
@@ -420,6 +437,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "speed_smoothing": getattr(args, "speed_smoothing", None),
                       "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
+                      "safety_perception": safety_perception(args),
                       "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
