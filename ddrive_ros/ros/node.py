@@ -156,6 +156,7 @@ class PlannerCore:
         self.last_latency: dict[str, float] = {}
         self.obstacles: tuple[float, list[tuple[float, ...]]] | None = None  # newest stamp, ego-frame boxes
         self.unsafe_plans = self.reflect_edits = self.stale_obstacles = 0
+        self._warned_no_obstacles = False  # reflect safety|both with no ~/input/obstacles: warned once
         self.last_reflect: dict[str, Any] = {}
         self.image_decode_ms = 0.0
         self.last_plan: dict[str, Any] | None = None  # trajectory, stamp, v0, pose of the last real plan
@@ -381,6 +382,13 @@ class PlannerCore:
         with self._lock:
             got = self.obstacles
         boxes = ()
+        if got is None and not self._warned_no_obstacles:
+            self._warned_no_obstacles = True
+            self.get_logger().warn(
+                f"reflect={self.planner.options.reflect} and nothing received on ~/input/obstacles yet: the safety check "
+                "sees only the ego's kinematics and the plan's meta, and manoeuvre resampling then changes lanes blind: "
+                "in the closed loop that drove worse than reflect off (docs/reflection.md, 'Safety reflection without "
+                "perception'); wire the obstacles, or set manoeuvre_resamples 0 or reflect off")
         if got is not None:
             stamp, raw = got
             if abs(obs.stamp - stamp) <= self._p("max_input_age_s"):
