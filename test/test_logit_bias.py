@@ -140,3 +140,12 @@ def test_the_node_parameter_picks_the_checkpoints_calibration_none_or_a_spec(tmp
     assert load_planner(str(path), logit_bias="lateral.RIGHT_TURN=-1")[0].logit_bias == {"lateral": {"RIGHT_TURN": -1.0}}
     with pytest.raises(ValueError, match="no value 'FLY'"):
         load_planner(str(path), logit_bias="lateral.FLY=1")
+    # ddrive sim --ros hands --logit-bias to the node as that parameter, and it reads back the same
+    import argparse
+
+    from ddrive_ros.commands.sim import node_logit_bias
+
+    assert node_logit_bias(argparse.Namespace(logit_bias=None)) == "checkpoint"
+    assert node_logit_bias(argparse.Namespace(logit_bias={})) == "none"
+    spec = {"lateral": {"LEFT_TURN": 2.5, "RIGHT_TURN": -1.0}}
+    assert logit_bias_option(node_logit_bias(argparse.Namespace(logit_bias=spec))) == spec
