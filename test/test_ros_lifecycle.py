@@ -31,7 +31,7 @@ def _transition(listener: Listener, transition_id: int) -> tuple[bool, float]:
 def _state(listener: Listener) -> str:
     from lifecycle_msgs.srv import GetState
 
-    return listener.call("get_state", GetState, GetState.Request()).current_state.label
+    return listener.call("get_state", GetState, GetState.Request(), resend_every=2.0).current_state.label
 
 
 def test_lifecycle_transitions_from_another_process(tmp_path):

@@ -35,6 +35,8 @@ def level(status) -> int:
 class Listener:
     """Records the planner's plans and diagnostics (with wall receive times) and calls its services."""
 
+    SETTLE_S = 0.5  # a fresh service client's wait before its first request (see _client)
+
     def __init__(self, domain: int, node_name: str = I.NODE_NAME):
         from diagnostic_msgs.msg import DiagnosticArray
         from std_msgs.msg import String
@@ -55,6 +57,8 @@ class Listener:
         self.processing_ms: list[tuple[float, float]] = []  # receive time, ~/debug/processing_time_ms
         self.node.create_subscription(Float64, I.resolve(I.DEBUG_PROCESSING_MS, node_name), self._on_processing, 50)
         self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diag, 50)
+        self._clients: dict[tuple[str, Any], Any] = {}
+        self.resends = 0  # idempotent requests sent again after no answer (see call)
         self._spun.start()
 
     def _on_plan(self, msg) -> None:
@@ -92,32 +96,51 @@ class Listener:
                     return st["planning"]
         return None
 
-    def call(self, service: str, srv_type, request, timeout: float = 10.0):
-        client = self.node.create_client(srv_type, f"/{self.node_name}/{service}")
-        try:
-            if not client.wait_for_service(timeout_sec=timeout):
-                raise TimeoutError(f"service /{self.node_name}/{service} not available")
-            future = client.call_async(request)
-            t0 = time.monotonic()
-            while not future.done():
-                if time.monotonic() - t0 > timeout:
-                    raise TimeoutError(f"/{self.node_name}/{service} did not answer")
-                time.sleep(0.01)
-            return future.result()
-        finally:
-            self.node.destroy_client(client)
+    def _client(self, service: str, srv_type, timeout: float):
+        """One client per service, kept: a fresh client is matched by DDS discovery again, and Fast DDS drops a
+        response when the server has not yet matched the client's response reader (it waits 100 ms, then logs
+        "client will not receive response"; ros2/rmw_fastrtps#390, #467). wait_for_service only sees the client's
+        side of that match, so a fresh client also waits `SETTLE_S` before its first request."""
+        key = (service, srv_type)
+        client = self._clients.get(key)
+        fresh = client is None
+        if fresh:
+            client = self._clients[key] = self.node.create_client(srv_type, f"/{self.node_name}/{service}")
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(f"service /{self.node_name}/{service} not available")
+        if fresh:
+            time.sleep(self.SETTLE_S)
+        return client
+
+    def call(self, service: str, srv_type, request, timeout: float = 10.0, resend_every: float | None = None):
+        """Calls /<node>/<service> and waits up to `timeout` s for the answer. `resend_every`: for idempotent
+        requests (get_state, get_parameters), send the request again after that many seconds without an answer,
+        so one response lost to discovery costs seconds, not the call. Never resend a state change."""
+        client = self._client(service, srv_type, timeout)
+        t0 = time.monotonic()
+        future, sent = client.call_async(request), t0
+        while not future.done():
+            now = time.monotonic()
+            if now - t0 > timeout:
+                raise TimeoutError(f"/{self.node_name}/{service} did not answer within {timeout:.0f} s")
+            if resend_every is not None and now - sent > resend_every:
+                self.resends += 1
+                future, sent = client.call_async(request), now
+            time.sleep(0.01)
+        return future.result()
 
     def set_parameters(self, **values: Any):
         from rcl_interfaces.srv import SetParameters
         from rclpy.parameter import Parameter
 
         req = SetParameters.Request(parameters=[Parameter(k, value=v).to_parameter_msg() for k, v in values.items()])
-        return self.call("set_parameters", SetParameters, req).results
+        return self.call("set_parameters", SetParameters, req).results  # not resent: a set may act on the node
 
     def get_parameters(self, *names: str):
         from rcl_interfaces.srv import GetParameters
 
-        return self.call("get_parameters", GetParameters, GetParameters.Request(names=list(names))).values
+        return self.call("get_parameters", GetParameters, GetParameters.Request(names=list(names)),
+                         resend_every=2.0).values
 
     def close(self) -> None:
         self._spun.close()
