@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddrive_ros.evaluation.metrics import classification, f1, per_key_f1
+from ddrive_ros.evaluation.metrics import bootstrap_macro_f1_se, classification, f1, per_key_f1
 
 CLASSES = ("STRAIGHT", "LEFT_TURN", "RIGHT_TURN", "LEFT_CHANGE", "RIGHT_CHANGE")
 
@@ -30,3 +30,16 @@ def test_f1_micro_and_per_key():
     pred = [{"a": True, "b": True}, {"a": False, "b": True}]
     assert f1(pred, truth) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
     assert per_key_f1(pred, truth) == pytest.approx({"a": 2 / 3, "b": 2 / 3})
+
+
+def test_macro_f1_standard_error_shrinks_with_the_sample_and_is_zero_for_a_perfect_answer():
+    classes = ["STRAIGHT", "LEFT_TURN", "RIGHT_TURN"]
+    # 200 samples, 11 turns, 4 of them missed and 3 straight samples called a turn: seed 777's situation
+    truth = ["STRAIGHT"] * 189 + ["LEFT_TURN"] * 4 + ["RIGHT_TURN"] * 7
+    pred = ["STRAIGHT"] * 186 + ["LEFT_TURN"] * 3 + ["LEFT_TURN"] * 3 + ["STRAIGHT"] + ["RIGHT_TURN"] * 4 + ["STRAIGHT"] * 3
+    small = bootstrap_macro_f1_se(pred, truth, classes)
+    large = bootstrap_macro_f1_se(pred * 20, truth * 20, classes)
+    assert 0.03 < small < 0.12  # a few answers move a 200-sample macro-F1 by hundredths
+    assert large < small / 3  # about sqrt(20) smaller
+    assert bootstrap_macro_f1_se(truth, truth, classes) == 0.0
+    assert bootstrap_macro_f1_se(pred, truth, classes) == small  # seeded

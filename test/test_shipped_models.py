@@ -90,6 +90,8 @@ def test_shipped_model_beats_constant_velocity_on_held_out_episodes(name):
 
     rows = {r["method"]: r for r in evaluate(name, episodes=16, seed=HELD_OUT_SEED, methods="speculative")}
     assert rows["speculative"]["ade"] < 0.8 * rows["constant velocity"]["ade"]
+    if name.startswith("fast_ddrive"):  # the meta's macro-F1 comes with its bootstrap standard error
+        assert 0.0 <= rows["speculative"]["lat_macro_f1_se"] < 0.5 and "lon_macro_f1_se" in rows["speculative"]
 
 
 @pytest.mark.slow
