@@ -230,7 +230,7 @@ def write_pictures(out: Path, samples: list[Sample], plans: dict[str, list[Plan]
 
 
 COLUMNS = ["method", "horizon_s", "ade", "fde", "l2_1s", "l2_2s", "l2_3s", "collision_rate", "pdms", "nc", "dac", "ep", "ttc",
-           "comfort", "lat_acc", "lat_macro_f1", "lon_acc", "lon_macro_f1", "co_f1", "expl_acc",
+           "comfort", "lat_acc", "lat_macro_f1", "lat_macro_f1_se", "lon_acc", "lon_macro_f1", "co_f1", "expl_acc",
            "forwards_per_plan", "rows_per_plan", "ms_per_plan"]
 
 
