@@ -58,6 +58,7 @@ class Listener:
         self.node.create_subscription(Float64, I.resolve(I.DEBUG_PROCESSING_MS, node_name), self._on_processing, 50)
         self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diag, 50)
         self._clients: dict[tuple[str, Any], Any] = {}
+        self._settled: set[tuple[str, Any]] = set()
         self.resends = 0  # idempotent requests sent again after no answer (see call)
         self._spun.start()
 
@@ -102,14 +103,14 @@ class Listener:
         "client will not receive response"; ros2/rmw_fastrtps#390, #467). wait_for_service only sees the client's
         side of that match, so a fresh client also waits `SETTLE_S` before its first request."""
         key = (service, srv_type)
-        client = self._clients.get(key)
-        fresh = client is None
-        if fresh:
-            client = self._clients[key] = self.node.create_client(srv_type, f"/{self.node_name}/{service}")
+        if key not in self._clients:
+            self._clients[key] = self.node.create_client(srv_type, f"/{self.node_name}/{service}")
+        client = self._clients[key]
         if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service /{self.node_name}/{service} not available")
-        if fresh:
+        if key not in self._settled:  # the first request after the service was seen
             time.sleep(self.SETTLE_S)
+            self._settled.add(key)
         return client
 
     def call(self, service: str, srv_type, request, timeout: float = 10.0, resend_every: float | None = None):
