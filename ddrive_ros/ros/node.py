@@ -32,10 +32,12 @@ from typing import Any
 
 import numpy as np
 import rclpy
+import rclpy.logging
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from nav_msgs.msg import Odometry, Path
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy_impl
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -54,6 +56,8 @@ from ddrive_ros.ros.node_process import rss_kb
 from ddrive_ros.ros.params import PARAMETERS, as_declared_type, check, descriptor
 from ddrive_ros.ros.sync import OdomSample, SyncConfig, SyncError, Synchronizer, comfortable_stop
 from ddrive_ros.ros.watchdog import PlanWatchdog, Verdict, WindowCount
+
+RCLError = _rclpy_impl.RCLError  # what rcl raises, e.g. a publish on a context already shut down
 
 P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
@@ -701,6 +705,12 @@ def main(args: list[str] | None = None, node_class: type = PlannerNode) -> None:
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RCLError as e:
+        if rclpy.ok():  # the context still runs: a real failure
+            raise
+        # Ctrl-C shuts the context down from the signal handler; a timer callback the executor had already taken
+        # then fails to publish. That is the shutdown finishing, not a fault: log it and exit 0.
+        rclpy.logging.get_logger(I.NODE_NAME).info(f"shutdown: a callback in flight lost its context ({e})")
     finally:
         if node is not None:
             node.destroy_node()
