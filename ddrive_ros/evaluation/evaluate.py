@@ -89,11 +89,10 @@ def behaviour_scores(metas: list[MetaBehavior | None], objects: list[dict[str, b
     if labelled:
         for key, name in META_FIELDS.items():
             classes = next(f.values for f in section.fields if f.name == name)
-            rep = metrics.classification([getattr(m, name) for m, _ in labelled], [getattr(t, name) for _, t in labelled],
-                                         classes)
+            pred, truth = [getattr(m, name) for m, _ in labelled], [getattr(t, name) for _, t in labelled]
+            rep = metrics.classification(pred, truth, classes)
             row[f"{key}_acc"], row[f"{key}_macro_f1"] = rep["accuracy"], rep["macro_f1"]
-            row[f"{key}_macro_f1_se"] = metrics.bootstrap_macro_f1_se(
-                [getattr(m, name) for m, _ in labelled], [getattr(t, name) for _, t in labelled], classes)
+            row[f"{key}_macro_f1_se"] = metrics.bootstrap_macro_f1_se(pred, truth, classes)
             row[f"{key}_recall"], row[f"{key}_confusion"] = rep["recall"], {"classes": rep["classes"],
                                                                              "rows_truth": rep["confusion"]}
     co = [(o, s.labels.critical_objects) for o, s in zip(objects, samples) if o and s.labels.critical_objects]

@@ -59,7 +59,6 @@ class Listener:
         self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diag, 50)
         self._clients: dict[tuple[str, Any], Any] = {}
         self._settled: set[tuple[str, Any]] = set()
-        self.resends = 0  # idempotent requests sent again after no answer (see call)
         self._spun.start()
 
     def _on_plan(self, msg) -> None:
@@ -125,7 +124,6 @@ class Listener:
             if now - t0 > timeout:
                 raise TimeoutError(f"/{self.node_name}/{service} did not answer within {timeout:.0f} s")
             if resend_every is not None and now - sent > resend_every:
-                self.resends += 1
                 future, sent = client.call_async(request), now
             time.sleep(0.01)
         return future.result()
