@@ -60,6 +60,23 @@ def test_ddrive_sim_compare_reads_two_saved_runs(tmp_path, capsys):
         main(["sim", "--compare", str(tmp_path / "junk.json"), str(a)])
 
 
+def test_ddrive_sim_compare_pools_runs_of_several_seeds(tmp_path, capsys):
+    from ddrive_ros.cli import main
+
+    runs = {}
+    for name, seeds, pdms in (("a31", (1, 2), 0.5), ("a131", (3, 4), 0.7), ("b31", (1, 2), 0.6), ("b131", (3, 4), 0.7)):
+        runs[name] = tmp_path / f"{name}.json"
+        runs[name].write_text(json.dumps({"episodes": [episode("speculative", s, pdms) for s in seeds]}))
+    base, new = f"{runs['a31']},{runs['a131']}", f"{runs['b31']},{runs['b131']}"
+    assert main(["sim", "--compare", base, new, "--json", str(tmp_path / "cmp.json")]) == 0
+    assert "| pdms | 4 | 0.600 | 0.650 | +0.050 | 0.029 | 2 / 0 / 2 |" in capsys.readouterr().out
+    assert json.loads((tmp_path / "cmp.json").read_text())["paired_episodes"] == 4
+    with pytest.raises(SystemExit, match="episode seed 1 is in both"):
+        main(["sim", "--compare", f"{runs['a31']},{runs['b31']}", new])
+    with pytest.raises(SystemExit, match="at least one saved run on each side"):
+        main(["sim", "--compare", ",", new])
+
+
 def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
     import argparse
 

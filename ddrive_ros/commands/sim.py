@@ -88,7 +88,8 @@ def register(sub) -> None:
     p.add_argument("--plot", default=None, metavar="PNG", help="with --breakdown: also draw PDMS by scenario kind here")
     p.add_argument("--compare", nargs=2, default=None, metavar=("BASE_JSON", "NEW_JSON"),
                    help="drive nothing: two saved runs of the same episodes, paired episode by episode "
-                        "(mean difference and its standard error per sub-score and scenario kind)")
+                        "(mean difference and its standard error per sub-score and scenario kind); each side "
+                        "may be a comma-separated list of runs on different --seed values, pooled")
     p.add_argument("--compare-method", default="speculative",
                    help="with --compare: the method row to pair; BASE_METHOD=NEW_METHOD pairs two rows (e.g. "
                         "'speculative=speculative+safety', possibly of one JSON given twice)")
@@ -401,15 +402,18 @@ def print_breakdown(path: Path, plot: str | None = None) -> int:
 
 
 def print_comparison(paths: list[str], method: str, json_out: str | None) -> int:
-    from ddrive_ros.sim.compare import compare, load_episodes, markdown as comparison_markdown
+    from ddrive_ros.sim.compare import compare, load_runs, markdown as comparison_markdown
 
     base_method, _, new_method = method.partition("=")
     new_method = new_method or base_method
+    sides = [[Path(x) for x in side.split(",") if x] for side in paths]
+    if not all(sides):
+        raise SystemExit(f"--compare needs at least one saved run on each side, got {paths}")
     try:
-        result = compare(load_episodes(Path(paths[0]), base_method), load_episodes(Path(paths[1]), new_method))
+        result = compare(load_runs(sides[0], base_method), load_runs(sides[1], new_method))
     except ValueError as e:
         raise SystemExit(str(e)) from e
-    names = [Path(x).stem for x in paths]
+    names = [side[0].stem + (f" (+{len(side) - 1} runs)" if len(side) > 1 else "") for side in sides]
     if base_method != new_method:
         names = [f"{n} {m}" for n, m in zip(names, (base_method, new_method))]
     print(comparison_markdown(result, *names))

@@ -6,7 +6,8 @@ models (one collision takes an episode from ~0.9 to 0), so the two means are com
 differences: each episode seed driven by both runs gives one difference; their mean and its
 standard error say whether a gap is larger than the episodes' noise. Episodes are matched by seed,
 so both runs must have used the same `--seed` and `--episodes` (unmatched seeds are reported and
-left out).
+left out). Each side may be several saved runs (one per `--seed`: validation seeds 31, 131, ...): their
+episodes are pooled, so one paired mean and standard error cover every validation episode at once.
 
 Per sub-score and per situation (the scenario's kind, breakdown.py) it prints: episodes paired, the
 two means, the mean difference (new - base) with its standard error, and in how many episodes the
@@ -36,6 +37,20 @@ def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
         methods = sorted({str(e.get("method")) for e in episodes})
         raise ValueError(f"{path}: no episodes of method {method!r}; it has {methods}")
     return mine
+
+
+def load_runs(paths: list[Path], method: str) -> dict[int, dict[str, Any]]:
+    """One method's episodes of several saved runs, pooled by episode seed. An episode seed found in two
+    of them is an error (the same episodes counted twice would halve the standard error for nothing)."""
+    pooled: dict[int, dict[str, Any]] = {}
+    where: dict[int, Path] = {}
+    for path in paths:
+        for seed, record in load_episodes(path, method).items():
+            if seed in pooled:
+                raise ValueError(f"episode seed {seed} is in both {where[seed]} and {path}: pool runs of different "
+                                 f"--seed values only")
+            pooled[seed], where[seed] = record, Path(path)
+    return pooled
 
 
 def paired(base: list[float], new: list[float]) -> dict[str, float]:
