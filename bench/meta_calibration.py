@@ -39,6 +39,8 @@ from ddrive_ros.decoding import logit_bias  # noqa: E402
 from ddrive_ros.evaluation import metrics  # noqa: E402
 from ddrive_ros.evaluation.evaluate import held_out_samples  # noqa: E402
 from ddrive_ros.planner import Planner, PlannerOptions  # noqa: E402
+from ddrive_ros.sim.breakdown import situation  # noqa: E402
+from ddrive_ros.sim.scenario import sample_scenario  # noqa: E402
 
 REPORTING_SEED = 777
 
@@ -59,6 +61,7 @@ def collect(checkpoint: str, field: str, seeds: list[int], episodes: int, per_ep
     pos, toks = positions[0], [planner.tokenizer.id(v) for v in values]
     policy = GrpoLoss(planner.layout, bundle.config.prompt_len, 1.0, 0.2, 0.0, 0.0)
     labels, logps, seed_of, decoded, anchor = [], [], [], [], []
+    episode_seed, kind, command = [], [], []
     for seed in seeds:
         samples = [s for s in held_out_samples(seed, episodes, per_episode) if s.labels.meta is not None]
         # the sample's place among its episode's anchors: 0 is the only one `ddrive eval` takes by default
@@ -66,6 +69,10 @@ def collect(checkpoint: str, field: str, seeds: list[int], episodes: int, per_ep
         for s in samples:
             anchor.append(seen.get(s.episode_seed, 0))
             seen[s.episode_seed] = anchor[-1] + 1
+            where = situation(sample_scenario(s.episode_seed))  # where the errors are (scenario kind, command)
+            episode_seed.append(int(s.episode_seed))
+            kind.append(where["kind"])
+            command.append(where["nav_command"])
         for s in tqdm(samples, desc=f"seed {seed}", disable=not progress):
             plan, ids = planner.plan_and_ids(s.observation)
             with torch.no_grad():
@@ -82,7 +89,7 @@ def collect(checkpoint: str, field: str, seeds: list[int], episodes: int, per_ep
                            "the log-probs are not what the decoder saw")
     return {"checkpoint": str(bundle.path or checkpoint), "field": field, "values": list(values), "seeds": seeds,
             "episodes": episodes, "per_episode": per_episode, "labels": labels, "logp": logps, "seed_of": seed_of,
-            "anchor": anchor}
+            "anchor": anchor, "episode_seed": episode_seed, "kind": kind, "nav_command": command}
 
 
 def scores(labels: np.ndarray, pred: np.ndarray, values: list[str]) -> dict:
@@ -112,6 +119,20 @@ def macro_f1(t: np.ndarray, p: np.ndarray, k: int) -> float:
         if denom:
             f.append(2.0 * np.sum((p == c) & (t == c)) / denom)
     return float(np.mean(f)) if f else 0.0
+
+
+def errors_by(data: dict, key: str, logp: np.ndarray, labels: np.ndarray) -> dict:
+    """Per value of a sample's situation (`kind`: the scenario's kind; `nav_command`), without offsets: accuracy,
+    majority-value samples (index 0, STRAIGHT) answered as another value, other values answered wrong."""
+    groups, pred = np.array(data[key]), logp.argmax(1)
+    out = {}
+    for g in sorted(set(data[key])):
+        m = groups == g
+        majority = m & (labels == 0)
+        out[g] = {"n": int(m.sum()), "acc": float(np.mean(pred[m] == labels[m])), "straight": int(majority.sum()),
+                  "straight_as_manoeuvre": int(np.sum(pred[majority] != 0)), "manoeuvres": int(np.sum(m & (labels != 0))),
+                  "manoeuvres_missed": int(np.sum(m & (labels != 0) & (pred != labels)))}
+    return out
 
 
 def analyse(data: dict, grid: np.ndarray) -> dict:
@@ -146,7 +167,9 @@ def analyse(data: dict, grid: np.ndarray) -> dict:
                       "test_first_macro_f1_after": macro_f1(labels[te & first], (logp[te & first] + o).argmax(1),
                                                             len(values))})
     spec = {data["field"]: {v: float(o) for v, o in zip(values, off) if o != 0.0}}
+    errors = {key: errors_by(data, key, logp, labels) for key in ("kind", "nav_command") if key in data}
     return {"offsets": dict(zip(values, off.tolist())), "spec": spec, "rows": rows, "folds": folds, "per_seed": per_seed,
+            "errors_by": errors,
             "n": int(len(labels)), "counts": dict(zip(values, np.bincount(labels, minlength=len(values)).tolist()))}
 
 
@@ -168,6 +191,13 @@ def report(data: dict, res: dict) -> str:
         wrong = [sum(row[1:]) for row in (b["confusion"][0], a["confusion"][0])]
         lines.append(f"| {seed} | {r['n']} | {b['acc']:.3f} -> {a['acc']:.3f} | {b['macro_f1']:.3f} -> {a['macro_f1']:.3f} | "
                      f"{wrong[0]} -> {wrong[1]} |")
+    for key, table in res.get("errors_by", {}).items():
+        lines += ["", f"where the errors are, by {key} (no offsets, all anchors):", "",
+                  f"| {key} | samples | acc | {values[0]} | {values[0]} answered as another value | other values | "
+                  "other values answered wrong |", "|---|---|---|---|---|---|---|"]
+        for k, r in table.items():
+            lines.append(f"| {k} | {r['n']} | {r['acc']:.3f} | {r['straight']} | {r['straight_as_manoeuvre']} | "
+                         f"{r['manoeuvres']} | {r['manoeuvres_missed']} |")
     lines += ["", "cross-validated (fit on half the seeds, scored on the other half):", "",
               "| fit on | offsets | test macro-F1 before -> after | first anchors only | test acc before -> after |",
               "|---|---|---|---|---|"]

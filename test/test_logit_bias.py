@@ -122,7 +122,17 @@ def test_the_calibration_fit_finds_the_offset_an_under_called_class_needs():
     assert res["rows"]["fitted offsets (in sample)"]["macro_f1"] > res["rows"]["no offsets"]["macro_f1"] + 0.1
     assert len(res["folds"]) == 6
     assert all(f["test_macro_f1_after"] > f["test_macro_f1_before"] for f in res["folds"])
-    assert "LEFT_TURN" in mc.report(data, res)
+    assert "LEFT_TURN" in mc.report(data, res) and res["errors_by"] == {}  # saved without scenario kinds
+    # with each sample's scenario kind: STRAIGHT samples answered as a manoeuvre, counted where they happen
+    kind = np.where(np.arange(1200) % 2 == 0, "curve", "straight")
+    pred = logp.argmax(1)
+    res = mc.analyse({**data, "kind": kind.tolist()}, np.arange(-1.0, 3.01, 0.5))
+    assert set(res["errors_by"]) == {"kind"}
+    curve = res["errors_by"]["kind"]["curve"]
+    assert curve["n"] == 600 and curve["straight"] == int(np.sum((kind == "curve") & (labels == 0)))
+    assert curve["straight_as_manoeuvre"] == int(np.sum((kind == "curve") & (labels == 0) & (pred != 0)))
+    assert curve["manoeuvres_missed"] == int(np.sum((kind == "curve") & (labels != 0) & (pred != labels)))
+    assert "| curve | 600 |" in mc.report(data, res)
 
 
 def test_the_node_parameter_picks_the_checkpoints_calibration_none_or_a_spec(tmp_path):
