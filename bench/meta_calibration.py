@@ -123,7 +123,8 @@ def macro_f1(t: np.ndarray, p: np.ndarray, k: int) -> float:
 
 def errors_by(data: dict, key: str, logp: np.ndarray, labels: np.ndarray) -> dict:
     """Per value of a sample's situation (`kind`: the scenario's kind; `nav_command`), without offsets: accuracy,
-    majority-value samples (index 0, STRAIGHT) answered as another value, other values answered wrong."""
+    samples of the field's first value (STRAIGHT for the lateral field; the keys say "straight") answered as another
+    value, and samples of the other values answered wrong."""
     groups, pred = np.array(data[key]), logp.argmax(1)
     out = {}
     for g in sorted(set(data[key])):
