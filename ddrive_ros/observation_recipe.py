@@ -109,7 +109,9 @@ def match_frames(stamps: dict[str, np.ndarray], t0: float, tolerance_s: float,
                  history_s: float = FRAME_HISTORY_S) -> list[list[float]]:
     """Stamps of the two-frame input anchored at front frame t0: [[previous per camera], [current
     per camera]] in CAMERAS order. The previous front frame is the one closest to t0 - history_s;
-    each side camera is matched to its front frame. Raises RecipeError(no_history | no_match)."""
+    each side camera is matched to its front frame. Raises RecipeError(no_history | no_match): no_history
+    when the front frames, or a side camera's, do not reach back to the history frame yet (a camera heard
+    later than the others at start-up), no_match when a camera's frames span the time but none is close."""
     front = stamps[ANCHOR]
     t_prev = nearest(front, t0 - history_s, tolerance_s)
     if t_prev is None:
@@ -119,6 +121,8 @@ def match_frames(stamps: dict[str, np.ndarray], t0: float, tolerance_s: float,
         row = []
         for cam in CAMERAS:
             t_c = t_front if cam == ANCHOR else nearest(stamps[cam], t_front, tolerance_s)
+            if t_c is None and what == "history frame" and (not len(stamps[cam]) or stamps[cam][0] > t_front + tolerance_s):
+                raise RecipeError("no_history", f"camera {cam}'s frames start after the history frame's time {t_front:.3f}")
             if t_c is None:
                 raise RecipeError("no_match", f"{what}: camera {cam} has no frame within {tolerance_s:.3f} s of {t_front:.3f}")
             row.append(t_c)

@@ -105,6 +105,15 @@ def test_match_frames_reasons():
     with pytest.raises(RecipeError) as e:
         match_frames(stamps, 0.3, 0.02)
     assert e.value.reason == "no_history"
+    # a side camera heard from 1.6 s on has no history frame for 2.0 yet; one with a hole at 1.5 misses it
+    late = dict(stamps, left_front=stamps["left_front"][16:])
+    with pytest.raises(RecipeError) as e:
+        match_frames(late, 2.0, 0.02)
+    assert e.value.reason == "no_history" and "left_front" in str(e.value)
+    holed = dict(stamps, left_front=np.delete(stamps["left_front"], 15))
+    with pytest.raises(RecipeError) as e:
+        match_frames(holed, 2.0, 0.02)
+    assert e.value.reason == "no_match" and "left_front" in str(e.value)
     stamps["left_front"] = stamps["left_front"] + 0.05
     with pytest.raises(RecipeError) as e:
         match_frames(stamps, 2.0, 0.02)

@@ -90,6 +90,17 @@ def test_no_history_at_startup():
     assert e.value.reason == "no_history"
 
 
+def test_a_side_camera_heard_later_at_startup_is_warming_up_not_a_sync_failure():
+    # discovery matched the front camera 1 s before the left one: for 0.5 s the left camera has no history frame
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5))
+    _fill(sync, 1.3, skip={"left_front": (0.0, 1.0)})
+    with pytest.raises(SyncError) as e:
+        sync.build(now=1.32)
+    assert e.value.reason == "no_history" and "left_front" in str(e.value), e.value
+    _fill(sync, 1.6, skip={"left_front": (0.0, 1.0)})
+    assert sync.build(now=1.62).stamp == pytest.approx(1.6)
+
+
 def test_side_frames_in_flight_are_waited_for_not_failed():
     sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5))
     # start-up: the first front frame with a history frame (0.5 s) is in; its side frames are not yet
