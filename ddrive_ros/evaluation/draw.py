@@ -139,6 +139,20 @@ def side_by_side(*panels: np.ndarray) -> np.ndarray:
     return np.concatenate(padded, axis=1)
 
 
+def stacked(*panels: np.ndarray) -> np.ndarray:
+    """Panels top to bottom, left-aligned, padded to the widest."""
+    w = max(p.shape[1] for p in panels)
+    padded = [np.concatenate([p, np.full((p.shape[0], w - p.shape[1], 3), BACKGROUND, np.uint8)], 1) for p in panels]
+    return np.concatenate(padded, axis=0)
+
+
+def label_strip(text: str, width: int, height: int = 22) -> np.ndarray:
+    """A dark strip of `width` px with one line of text (a row or column heading)."""
+    img = np.full((height, width, 3), BACKGROUND, np.uint8)
+    cv2.putText(img, text, (5, height - 7), cv2.FONT_HERSHEY_SIMPLEX, 0.45, TEXT, 1, cv2.LINE_AA)
+    return img
+
+
 def write_png(path: str | Path, rgb: np.ndarray) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,39 +42,51 @@ def _active_plan(plans: list[PlanRecord], k: int) -> PlanRecord | None:
     return live[-1] if live else None
 
 
-def episode_frames(run: EpisodeRun, renderer, expert: EpisodeRun | None = None) -> list[np.ndarray]:
-    """One frame per camera step of the driven part of the episode."""
+def bev_frame(run: EpisodeRun, k: int, expert: EpisodeRun | None = None, size: int = BEV_SIZE) -> np.ndarray:
+    """The bird's-eye view of step k: lanes, road users, the plan being tracked, its rollouts, the
+    expert's path from the same step of its own run (green), and the run's score."""
     from ddrive_ros.sim.scorer import EGO_HALF
 
+    w = run.world
+    pose_xy, yaw = w.ego_xy[k], float(w.ego_yaw[k])
+    agents = []
+    for a in range(w.n_agents):
+        c = world_to_ego(w.agent_xy[a, k][None], pose_xy, yaw)[0]
+        agents.append(draw.Box(float(c[0]), float(c[1]), float(w.agent_yaw[a, k] - yaw), *(w.agent_size[a, :2] / 2)))
+    p = _active_plan(run.plans, k)
+    plan_xy = world_to_ego(p.world_plan.xy[1:], pose_xy, yaw) if p else None
+    rollouts = [world_to_ego(r, pose_xy, yaw) for r in p.rollouts_world] if p else []
+    truth = None
+    if expert is not None:
+        e = expert.world
+        truth = world_to_ego(e.ego_xy[k:min(k + 100, e.k + 1):5], pose_xy, yaw)
+    s = run.score
+    scene = draw.Scene(plan=plan_xy, truth=truth, rollouts=rollouts, agents=agents, lanes=_lanes(w, k),
+                       ego=draw.Box(1.4, 0.0, 0.0, float(EGO_HALF[0]), float(EGO_HALF[1])),
+                       title=f"{run.method}  seed {run.seed}  t={k * w.dt:.1f}s",
+                       lines=[f"{w.nav_command[k]}  v {w.ego_v[k]:.1f} m/s",
+                              f"PDMS {s.pdms:.2f} NC {s.nc:g} DAC {s.dac:g} EP {s.ep:.2f} TTC {s.ttc:g} C {s.comfort:g}",
+                              p.meta if p else "no plan yet"])
+    return draw.bev(scene, size=size, forward_m=60.0)
+
+
+def episode_frames(run: EpisodeRun, renderer, expert: EpisodeRun | None = None) -> list[np.ndarray]:
+    """One frame per camera step of the driven part of the episode: the bird's-eye view beside the
+    front camera with the expert's path and the plan projected."""
     w = run.world
     front = renderer.cameras[1]
     frames = []
     for k in range(w.start_step, w.k + 1, STEPS_PER_FRAME):
+        bev = bev_frame(run, k, expert)
         pose_xy, yaw = w.ego_xy[k], float(w.ego_yaw[k])
-        agents = []
-        for a in range(w.n_agents):
-            c = world_to_ego(w.agent_xy[a, k][None], pose_xy, yaw)[0]
-            agents.append(draw.Box(float(c[0]), float(c[1]), float(w.agent_yaw[a, k] - yaw), *(w.agent_size[a, :2] / 2)))
         p = _active_plan(run.plans, k)
-        plan_xy = world_to_ego(p.world_plan.xy[1:], pose_xy, yaw) if p else None
-        rollouts = [world_to_ego(r, pose_xy, yaw) for r in p.rollouts_world] if p else []
-        truth = None
+        paths = []
         if expert is not None:
             e = expert.world
-            truth = world_to_ego(e.ego_xy[k:min(k + 100, e.k + 1):5], pose_xy, yaw)
-        s = run.score
-        scene = draw.Scene(plan=plan_xy, truth=truth, rollouts=rollouts, agents=agents, lanes=_lanes(w, k),
-                           ego=draw.Box(1.4, 0.0, 0.0, float(EGO_HALF[0]), float(EGO_HALF[1])),
-                           title=f"{run.method}  seed {run.seed}  t={k * w.dt:.1f}s",
-                           lines=[f"{w.nav_command[k]}  v {w.ego_v[k]:.1f} m/s",
-                                  f"PDMS {s.pdms:.2f} NC {s.nc:g} DAC {s.dac:g} EP {s.ep:.2f} TTC {s.ttc:g} C {s.comfort:g}",
-                                  p.meta if p else "no plan yet"])
-        bev = draw.bev(scene, size=BEV_SIZE, forward_m=60.0)
-        img = w.rendered(k, renderer)[1]
-        paths = [(truth, draw.TRUTH)] if truth is not None else []
-        if plan_xy is not None:
-            paths.append((plan_xy, draw.PLAN))
-        cam = draw.camera_strip([img], [front], paths, height=CAMERA_HEIGHT)
+            paths.append((world_to_ego(e.ego_xy[k:min(k + 100, e.k + 1):5], pose_xy, yaw), draw.TRUTH))
+        if p is not None:
+            paths.append((world_to_ego(p.world_plan.xy[1:], pose_xy, yaw), draw.PLAN))
+        cam = draw.camera_strip([w.rendered(k, renderer)[1]], [front], paths, height=CAMERA_HEIGHT)
         frames.append(draw.side_by_side(bev, cam))
     return frames
 
