@@ -42,7 +42,7 @@ def snapshot_steps(start: int, end: int, n: int) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoints", required=True, help="two comma-separated checkpoint folders or shipped names")
+    ap.add_argument("--checkpoints", required=True, help="comma-separated checkpoint folders or shipped names (a row each; two to compare)")
     ap.add_argument("--labels", default=None, help="comma-separated row labels (default: the checkpoint names)")
     ap.add_argument("--seed", type=int, default=777, help="the `ddrive sim --seed` the episodes come from")
     ap.add_argument("--episodes", required=True, help="comma-separated episode seeds (the `seed` of a saved run's episodes)")
