@@ -197,6 +197,24 @@ def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future
         load_samples([{"source": "dagger", "checkpoint": "trajectory_only_tiny"}])
 
 
+def test_dagger_in_two_processes_collects_the_same_samples_in_the_same_order(one_thread):
+    """`workers: 2` spreads the episodes over two processes (each loads the checkpoint once): every episode
+    restarts the planner's sampling, so the samples are the one-process ones, sample for sample."""
+    from ddrive_ros.training.sources import load_samples
+
+    entry = {"source": "dagger", "checkpoint": "trajectory_only_tiny", "seed": 6, "episodes": 2}
+    one = load_samples(entry)
+    two = load_samples(dict(entry, workers=2))
+    assert len(one) == len(two) > 10
+    for a, b in zip(one, two):
+        assert a.t0 == b.t0 and np.array_equal(a.future_xy, b.future_xy)
+        assert np.array_equal(a.observation.images, b.observation.images) and a.observation.speed == b.observation.speed
+    with pytest.raises(ValueError, match="workers"):
+        load_samples(dict(entry, workers=0))
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_samples(dict(entry, worker=2))
+
+
 def test_closed_loop_speculative_drives_exactly_as_ar_with_fewer_forwards(tmp_path):
     """On a stream each plan drafts from the previous one: the same drive as AR (greedy plans are AR's),
     and the rows say how many backbone forwards each plan cost."""

@@ -84,28 +84,90 @@ class LabellingDriver(ModelDriver):
                                    labels=labels, has_labels=has, episode_seed=-1, t0=t, source="dagger"))
 
 
-def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
-            name: str = "planner", progress: bool = True) -> list[Sample]:
-    """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
-    `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
-    from `seed`; use seeds no evaluation uses). `name` is for the log."""
+def collect_episodes(planner, ep_seeds: list[int], plan_hz: float = 5.0, latency_ms: float = 200.0,
+                     progress: bool = True) -> tuple[list[Sample], Drops]:
+    """The labelled samples and drops of `planner` driving the given episode seeds, in their order. Each
+    episode starts from `restart_sampling()`, so an episode's samples do not depend on what ran before it."""
     opts = LoopOptions(duration_s=EPISODE_S, plan_hz=plan_hz, latency_ms=latency_ms)
     driven_until = EPISODE_S - FUTURE_HORIZON_S
     samples: list[Sample] = []
     drops = Drops()
-    for ep_seed in tqdm(episode_seeds(seed, episodes), desc="dagger episodes", unit="ep", disable=not progress):
+    for ep_seed in tqdm(ep_seeds, desc="dagger episodes", unit="ep", disable=not progress):
         driver = LabellingDriver(planner, planner.restart_sampling, driven_until_s=driven_until)
 
         def factory(world: ClosedLoopWorld, d: LabellingDriver = driver) -> LabellingDriver:
             return d.bind(world)
 
-        run_episode(ep_seed, "dagger", factory, opts)
+        run_episode(int(ep_seed), "dagger", factory, opts)
         samples += driver.samples
         drops.collided += driver.drops.collided
         drops.out_of_range += driver.drops.out_of_range
+    return samples, drops
+
+
+def _finish(samples: list[Sample], drops: Drops, episodes: int, seed: int, name: str) -> list[Sample]:
     log.info("dagger: %d samples from %d episodes of %s; dropped %d (expert future collides or leaves the road) "
              "and %d (future out of the trajectory range)", len(samples), episodes, name, drops.collided,
              drops.out_of_range)
     if not samples:
         raise ValueError(f"dagger collection from {name} gave no samples ({episodes} episodes, seed {seed})")
     return samples
+
+
+def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
+            name: str = "planner", progress: bool = True) -> list[Sample]:
+    """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
+    `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
+    from `seed`; use seeds no evaluation uses). `name` is for the log."""
+    samples, drops = collect_episodes(planner, episode_seeds(seed, episodes), plan_hz, latency_ms, progress)
+    return _finish(samples, drops, episodes, seed, name)
+
+
+# ---------------------------------------------------------------------------------------------- processes
+_WORKER_PLANNER = None
+
+
+def _init_worker(checkpoint: str, decoder: str, threads: int) -> None:
+    global _WORKER_PLANNER
+    import torch
+
+    from ddrive_ros import checkpoint as ckpt
+    from ddrive_ros.planner import Planner, PlannerOptions
+
+    torch.set_num_threads(threads)
+    _WORKER_PLANNER = Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+
+
+def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float) -> tuple[list[Sample], Drops]:
+    return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False)
+
+
+def collect_in_processes(checkpoint: str, seed: int, episodes: int, workers: int, decoder: str = "speculative",
+                         threads: int = 1, plan_hz: float = 5.0, latency_ms: float = 200.0,
+                         progress: bool = True) -> list[Sample]:
+    """`collect` with the episodes spread over `workers` processes, each loading `checkpoint` once (its
+    planner with `decoder`, `threads` torch threads). The samples are those of the one-process `collect`,
+    in the same order: every episode is independent of the others."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    if int(workers) < 1:
+        raise ValueError(f"dagger workers must be at least 1, got {workers!r}")
+    seeds = episode_seeds(seed, episodes)
+    results: dict[int, tuple[list[Sample], Drops]] = {}
+    with ProcessPoolExecutor(max_workers=int(workers), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_init_worker, initargs=(str(checkpoint), decoder, int(threads))) as pool:
+        futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms): i for i, s in enumerate(seeds)}
+        from concurrent.futures import as_completed
+
+        for fut in tqdm(as_completed(futures), total=len(futures), desc=f"dagger episodes ({workers} processes)",
+                        unit="ep", disable=not progress):
+            results[futures[fut]] = fut.result()
+    samples: list[Sample] = []
+    drops = Drops()
+    for i in range(len(seeds)):
+        part, d = results[i]
+        samples += part
+        drops.collided += d.collided
+        drops.out_of_range += d.out_of_range
+    return _finish(samples, drops, episodes, seed, str(checkpoint))

@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     """`source: dagger`: the checkpoint's planner drives closed-loop episodes and the expert labels the
     states it visits (`sim/dagger.py`). Keys: checkpoint, seed, episodes; optional plan_hz, latency_ms,
-    decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall)."""
+    decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall),
+    workers (processes driving episodes side by side, each with its own planner: the same samples, sooner)."""
     import torch
 
     from ddrive_ros import checkpoint as ckpt
@@ -25,6 +26,20 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     missing = {"checkpoint", "seed", "episodes"} - set(data)
     if missing:
         raise ValueError(f"data source dagger needs {sorted(missing)}")
+    unknown = set(data) - {"source", "checkpoint", "seed", "episodes", "plan_hz", "latency_ms", "decoder", "threads",
+                           "workers"}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} in a `source: dagger` data entry (checkpoint, seed, episodes, "
+                         "plan_hz, latency_ms, decoder, threads, workers)")
+    workers = data.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"`workers` of a `source: dagger` data entry must be an integer >= 1, not {workers!r}")
+    if workers > 1:
+        from ddrive_ros.sim.dagger import collect_in_processes
+
+        return collect_in_processes(str(data["checkpoint"]), int(data["seed"]), int(data["episodes"]), workers,
+                                    decoder=str(data.get("decoder", "speculative")), threads=int(data.get("threads", 1)),
+                                    plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)))
     torch.set_num_threads(int(data.get("threads", 1)))
     planner = Planner(ckpt.load(str(data["checkpoint"])), PlannerOptions(decoder=str(data.get("decoder", "speculative"))))
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
