@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from tqdm import tqdm
@@ -127,39 +128,32 @@ def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms:
 _WORKER_PLANNER = None
 
 
-def _init_worker(checkpoint: str, decoder: str, threads: int) -> None:
+def _init_worker(make_planner: Callable[..., object], make_args: tuple) -> None:
     global _WORKER_PLANNER
-    import torch
-
-    from ddrive_ros import checkpoint as ckpt
-    from ddrive_ros.planner import Planner, PlannerOptions
-
-    torch.set_num_threads(threads)
-    _WORKER_PLANNER = Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+    _WORKER_PLANNER = make_planner(*make_args)
 
 
 def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float) -> tuple[list[Sample], Drops]:
     return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False)
 
 
-def collect_in_processes(checkpoint: str, seed: int, episodes: int, workers: int, decoder: str = "speculative",
-                         threads: int = 1, plan_hz: float = 5.0, latency_ms: float = 200.0,
+def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, seed: int, episodes: int,
+                         workers: int, plan_hz: float = 5.0, latency_ms: float = 200.0, name: str = "planner",
                          progress: bool = True) -> list[Sample]:
-    """`collect` with the episodes spread over `workers` processes, each loading `checkpoint` once (its
-    planner with `decoder`, `threads` torch threads). The samples are those of the one-process `collect`,
-    in the same order: every episode is independent of the others."""
-    from concurrent.futures import ProcessPoolExecutor
+    """`collect` with the episodes spread over `workers` processes, each building its planner once as
+    `make_planner(*make_args)` (a module-level function, so a spawned process can import it: the layer
+    that knows checkpoints passes it in). The samples are those of the one-process `collect`, in the same
+    order: every episode is independent of the others."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     if int(workers) < 1:
         raise ValueError(f"dagger workers must be at least 1, got {workers!r}")
     seeds = episode_seeds(seed, episodes)
     results: dict[int, tuple[list[Sample], Drops]] = {}
     with ProcessPoolExecutor(max_workers=int(workers), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_init_worker, initargs=(str(checkpoint), decoder, int(threads))) as pool:
+                             initializer=_init_worker, initargs=(make_planner, tuple(make_args))) as pool:
         futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms): i for i, s in enumerate(seeds)}
-        from concurrent.futures import as_completed
-
         for fut in tqdm(as_completed(futures), total=len(futures), desc=f"dagger episodes ({workers} processes)",
                         unit="ep", disable=not progress):
             results[futures[fut]] = fut.result()
@@ -170,4 +164,4 @@ def collect_in_processes(checkpoint: str, seed: int, episodes: int, workers: int
         samples += part
         drops.collided += d.collided
         drops.out_of_range += d.out_of_range
-    return _finish(samples, drops, episodes, seed, str(checkpoint))
+    return _finish(samples, drops, episodes, seed, name)

@@ -12,15 +12,22 @@ from ddrive_ros.sim.sample import samples_from_world
 log = logging.getLogger(__name__)
 
 
+def dagger_planner(checkpoint: str, decoder: str, threads: int):
+    """The planner a `source: dagger` entry drives (module level: a collecting process builds its own)."""
+    import torch
+
+    from ddrive_ros import checkpoint as ckpt
+    from ddrive_ros.planner import Planner, PlannerOptions
+
+    torch.set_num_threads(threads)
+    return Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+
+
 def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     """`source: dagger`: the checkpoint's planner drives closed-loop episodes and the expert labels the
     states it visits (`sim/dagger.py`). Keys: checkpoint, seed, episodes; optional plan_hz, latency_ms,
     decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall),
     workers (processes driving episodes side by side, each with its own planner: the same samples, sooner)."""
-    import torch
-
-    from ddrive_ros import checkpoint as ckpt
-    from ddrive_ros.planner import Planner, PlannerOptions
     from ddrive_ros.sim.dagger import collect
 
     missing = {"checkpoint", "seed", "episodes"} - set(data)
@@ -37,11 +44,12 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     if workers > 1:
         from ddrive_ros.sim.dagger import collect_in_processes
 
-        return collect_in_processes(str(data["checkpoint"]), int(data["seed"]), int(data["episodes"]), workers,
-                                    decoder=str(data.get("decoder", "speculative")), threads=int(data.get("threads", 1)),
-                                    plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)))
-    torch.set_num_threads(int(data.get("threads", 1)))
-    planner = Planner(ckpt.load(str(data["checkpoint"])), PlannerOptions(decoder=str(data.get("decoder", "speculative"))))
+        return collect_in_processes(dagger_planner, (str(data["checkpoint"]), str(data.get("decoder", "speculative")),
+                                                     int(data.get("threads", 1))),
+                                    int(data["seed"]), int(data["episodes"]), workers,
+                                    plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
+                                    name=str(data["checkpoint"]))
+    planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)))
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
                    latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]))
 
