@@ -102,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                                    args.size * args.frames)]
         for i, (label, run) in enumerate(zip(labels, runs)):
             s = run.score
-            if saved and abs(saved[i].get(ep, float("nan")) - s.pdms) > 1e-6:
-                raise ValueError(f"episode {ep}, {label}: PDMS {s.pdms:.4f} here, {saved[i].get(ep)} in {runs_files[i]} "
+            if saved and ep not in saved[i]:
+                raise ValueError(f"episode {ep} is not in {runs_files[i]} (a run on another --seed?)")
+            if saved and abs(saved[i][ep] - s.pdms) > 1e-6:
+                raise ValueError(f"episode {ep}, {label}: PDMS {s.pdms:.4f} here, {saved[i][ep]} in {runs_files[i]} "
                                  "(different weights, latency or decoder?)")
             views = [bev_frame(run, min(k, run.world.k), expert, size=args.size) for k in steps]
             ended = "" if run.world.terminated in ("running", "duration") else f", ended: {run.world.terminated}"
