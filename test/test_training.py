@@ -164,6 +164,41 @@ def test_surprise_sampling_draws_what_constant_velocity_does_not_predict():
         sampling_weights(nav, 0.0, None, 0.5)
 
 
+def test_brake_sampling_draws_the_futures_that_slow_down():
+    from types import SimpleNamespace
+
+    from ddrive_ros.training.dataset import brake_share
+    from ddrive_ros.training.trainer import sampling_weights
+
+    t = np.linspace(0.1, 5.0, 50)
+
+    def sample(x, speed):
+        return SimpleNamespace(future_times=t, future_xy=np.column_stack([x, np.zeros_like(x)]),
+                               observation=SimpleNamespace(speed=speed))
+
+    assert brake_share(sample(8.0 * t, 8.0)) < 1e-6  # cruising
+    assert brake_share(sample(8.0 * t + 0.5 * t ** 2, 8.0)) == 0.0  # speeding up never counts
+    stop = np.minimum(8.0 * t - 0.8 * t ** 2, 20.0)  # 8 m/s to standstill at t = 5 s
+    assert abs(brake_share(sample(stop, 8.0)) - 1.0) < 0.05
+    assert abs(brake_share(sample(8.0 * t - 0.4 * t ** 2, 8.0)) - 0.5) < 0.05  # half the speed shed by 5 s
+    assert brake_share(sample(np.full_like(t, 0.2), 0.3)) == 1.0  # a crawl that stops: the 1 m/s floor
+    with pytest.raises(ValueError, match="future_times must increase"):
+        brake_share(SimpleNamespace(future_times=t[::-1], future_xy=np.zeros((50, 2)), observation=SimpleNamespace(speed=1.0)))
+
+    nav = torch.zeros(4, dtype=torch.long)
+    slowdown = torch.tensor([0.0, 0.0, 0.25, 0.75])
+    w = sampling_weights(nav, 0.0, slowdown=slowdown, brake_share=1.0)
+    assert torch.allclose(w, torch.tensor([0.0, 0.0, 0.25, 0.75], dtype=w.dtype))
+    mixed = sampling_weights(nav, 0.25, torch.ones(4), 0.25, slowdown=slowdown, brake_share=0.25)
+    assert abs(float(mixed.sum()) - 1.0) < 1e-9 and mixed[3] > mixed[2] > mixed[1] == mixed[0] > 0
+    with pytest.raises(ValueError, match="sum to <= 1"):
+        sampling_weights(nav, 0.5, torch.ones(4), 0.3, slowdown=slowdown, brake_share=0.3)
+    with pytest.raises(ValueError, match="one brake value per sample"):
+        sampling_weights(nav, 0.0, brake_share=0.5)
+    with pytest.raises(ValueError, match="no sample's future slows down"):
+        sampling_weights(nav, 0.0, slowdown=torch.zeros(4), brake_share=0.5)
+
+
 def test_camera_augmentation_jitters_and_shifts_each_camera_the_same_way_in_both_frames():
     from ddrive_ros.training.augment import CameraAugment
 

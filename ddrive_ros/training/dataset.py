@@ -46,6 +46,7 @@ class TensorData:
     labelled: torch.Tensor  # (N, L) bool
     clipped: int = 0
     surprise: torch.Tensor | None = None  # (N,) metres: how far the future departs from constant velocity
+    slowdown: torch.Tensor | None = None  # (N,) 0..1: the share of its speed the future sheds (brake_share())
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -85,8 +86,9 @@ def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
     wf = codec.schema.waypoint_field()
     times = wf.dt * np.arange(1, wf.count + 1)
     surprise = torch.tensor([cv_surprise(s, times) for s in samples], dtype=torch.float32)
+    slowdown = torch.tensor([brake_share(s) for s in samples], dtype=torch.float32)
     return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
-                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise)
+                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise, slowdown)
 
 
 def cv_surprise(sample, times: np.ndarray) -> float:
@@ -96,6 +98,20 @@ def cv_surprise(sample, times: np.ndarray) -> float:
     obs = sample.observation
     cv = constant_velocity_prediction(obs.speed, obs.yaw_rate, times)
     return float(np.linalg.norm(future_at(sample, times) - cv, axis=1).mean())
+
+
+def brake_share(sample, floor_mps: float = 1.0) -> float:
+    """The share of its present speed the sample's future sheds: 1 - (lowest speed along the future) /
+    max(present speed, floor_mps), in [0, 1]. 0 when cruising or speeding up; near 1 where the future stops
+    (behind a queue, at a stop line), also from a crawl (the floor keeps a 0.3 m/s creep that stops at 1, not
+    undefined). The speeds are the future's segment speeds from the origin at t = 0."""
+    t = np.concatenate([[0.0], np.asarray(sample.future_times, dtype=float)])
+    xy = np.vstack([[0.0, 0.0], np.asarray(sample.future_xy, dtype=float)[:, :2]])
+    dt = np.diff(t)
+    if np.any(dt <= 0):
+        raise ValueError(f"sample future_times must increase from t0, got {sample.future_times!r}")
+    v_min = float(np.min(np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt))
+    return float(np.clip(1.0 - v_min / max(float(sample.observation.speed), floor_mps), 0.0, 1.0))
 
 
 def future_at(sample, times: np.ndarray) -> np.ndarray:

@@ -64,6 +64,7 @@ class TrainConfig:
     balance_by: str = "nav"  # what `balance` evens out: "nav" (the command) or a one-token label field, e.g. future_meta_behavior.lateral
     surprise: float = 0.0  # share of sampling weight proportional to a sample's constant-velocity surprise (m)
     surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
+    brake: float = 0.0  # share of sampling weight proportional to the share of its speed a sample's future sheds
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
     context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
@@ -113,30 +114,42 @@ def bin_sigma_at(step: int, cfg: TrainConfig) -> float:
 
 
 def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor | None = None,
-                     surprise_share: float = 0.0, surprise_cap: float = 8.0) -> torch.Tensor | None:
-    """Per-sample weights, a mix of three distributions: uniform (1 - balance - surprise_share), equal
+                     surprise_share: float = 0.0, surprise_cap: float = 8.0, slowdown: torch.Tensor | None = None,
+                     brake_share: float = 0.0) -> torch.Tensor | None:
+    """Per-sample weights, a mix of four distributions: uniform (1 - the other shares), equal
     weight per navigation command (balance: turns and lane changes are about a fifth of the data and
-    would otherwise be seen rarely), and proportional to each sample's constant-velocity surprise in
+    would otherwise be seen rarely), proportional to each sample's constant-velocity surprise in
     metres, capped at `surprise_cap` (surprise_share: curve starts, stop-sign approaches and braking
-    lead vehicles, where the future is not the present motion held). None: uniform."""
-    if not 0 <= balance <= 1 or not 0 <= surprise_share <= 1 or balance + surprise_share > 1:
-        raise ValueError(f"balance ({balance}) and surprise ({surprise_share}) must be in [0, 1] and sum to <= 1")
-    if balance == 0 and surprise_share == 0:
+    lead vehicles, where the future is not the present motion held), and proportional to the share of
+    its speed the future sheds (brake_share, `dataset.brake_share`: closing on a queue or a stop line,
+    the states where the learned planner rear-ends, bench/collision_kinds.py). None: uniform."""
+    shares = {"balance": balance, "surprise": surprise_share, "brake": brake_share}
+    if any(not 0 <= v <= 1 for v in shares.values()) or sum(shares.values()) > 1:
+        raise ValueError(f"sampling shares {shares} must each be in [0, 1] and sum to <= 1")
+    if sum(shares.values()) == 0:
         return None
     n = nav.numel()
-    w = torch.full((n,), (1.0 - balance - surprise_share) / n, dtype=torch.float64)
+    w = torch.full((n,), (1.0 - sum(shares.values())) / n, dtype=torch.float64)
     if balance > 0:
         _, inverse, counts = torch.unique(nav, return_inverse=True, return_counts=True)
         per_class = 1.0 / (counts.numel() * counts.double())
         w += balance * per_class[inverse]
     if surprise_share > 0:
-        if surprise is None or surprise.numel() != n:
-            raise ValueError("surprise sampling needs one surprise value per sample (TensorData.surprise)")
-        s = surprise.double().clamp(0.0, surprise_cap)
-        if float(s.sum()) <= 0:
-            raise ValueError("surprise sampling: every sample follows constant velocity exactly (all surprise 0)")
-        w += surprise_share * s / s.sum()
+        w += surprise_share * _proportional(surprise, n, surprise_cap, "surprise",
+                                            "every sample follows constant velocity exactly")
+    if brake_share > 0:
+        w += brake_share * _proportional(slowdown, n, 1.0, "brake", "no sample's future slows down")
     return w
+
+
+def _proportional(values: torch.Tensor | None, n: int, cap: float, name: str, why_empty: str) -> torch.Tensor:
+    """Weights proportional to per-sample values clamped to [0, cap], summing to 1."""
+    if values is None or values.numel() != n:
+        raise ValueError(f"{name} sampling needs one {name} value per sample (TensorData)")
+    v = values.double().clamp(0.0, cap)
+    if float(v.sum()) <= 0:
+        raise ValueError(f"{name} sampling: {why_empty} (all values 0)")
+    return v / v.sum()
 
 
 def balance_key(data: TensorData, layout: Layout, by: str) -> torch.Tensor:
@@ -231,7 +244,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
                total=cfg.steps)
     weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
-                               data.surprise, cfg.surprise, cfg.surprise_cap)
+                               data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake)
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
