@@ -99,3 +99,15 @@ def test_a_few_hundred_world_seeds_build_score_and_plan(planner):
         _exercise(samples, planner)
         episode.clear_cache()
     assert built >= 190 and len(kinds) >= 8
+
+
+def test_eval_refuses_a_method_it_does_not_have_instead_of_skipping_it():
+    from ddrive_ros.evaluation.evaluate import METHODS, chosen_methods, evaluate
+
+    assert [m[0] for m in chosen_methods("speculative tree=64x2, ar")] == ["ar", "speculative tree=64x2"]
+    assert len(chosen_methods("all")) == len(METHODS)
+    for bad in ("ar,speculative tree=8", "", " , "):
+        with pytest.raises(ValueError, match="unknown eval methods"):
+            chosen_methods(bad)
+    with pytest.raises(ValueError, match="speculative tree=8"):  # before any checkpoint or world is loaded
+        evaluate("no/such/checkpoint", episodes=1, seed=31, methods="speculative tree=8")

@@ -134,6 +134,19 @@ def held_out_samples(seed: int, episodes: int, per_episode: int = 1, duration_s:
     return samples
 
 
+def chosen_methods(methods: str) -> list[tuple[str, str, dict, int]]:
+    """The METHODS rows a comma-separated `--methods` names ("all": every one), in METHODS' order. A name
+    that is not a row is an error naming the rows (it used to be skipped without a word)."""
+    if methods.strip() == "all":
+        return list(METHODS)
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    known = [m[0] for m in METHODS]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"unknown eval methods {unknown or [methods]}; choose from {known} or 'all'")
+    return [m for m in METHODS if m[0] in names]
+
+
 def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods: str = "all",
              plots: str | None = None, rollout_temperature: float = PlannerOptions.rollout_temperature,
              reflect: str = "off", speed_smoothing: float | None = None,
@@ -150,6 +163,7 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
         smoothing["accel_clip"] = tuple(accel_clip)
     if logit_bias is not None:
         smoothing["logit_bias"] = logit_bias
+    chosen = chosen_methods(methods)
     bundle = ckpt.load(checkpoint)
     samples = held_out_samples(seed, episodes, per_episode)
     log.info("evaluating on %d samples from held-out episodes (seed %d)", len(samples), seed)
@@ -160,7 +174,6 @@ def evaluate(checkpoint, episodes: int, seed: int, per_episode: int = 1, methods
                                         for s in samples], samples, horizon=horizon, open_loop_pdm=True),
             score("expert", [s.future_xy for s in samples], samples, horizon=horizon, open_loop_pdm=True),
             majority_row(samples)]
-    chosen = [m for m in METHODS if methods == "all" or m[0] in methods.split(",")]
     modes = [m.strip() for m in reflect.split(",") if m.strip()]
     kept_plans = {}
     runs = [(name if mode == "off" else f"{name}+{mode}", decoder, knobs, n, mode)
