@@ -245,6 +245,10 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                total=cfg.steps)
     weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
                                data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake)
+    if weights is not None and data.slowdown is not None:
+        braking = data.slowdown > 0.5
+        log.info("sampling: %d of %d samples shed over half their speed; they get %.1f%% of the draws (uniform: %.1f%%)",
+                 int(braking.sum()), len(data), 100.0 * float(weights[braking].sum()), 100.0 * float(braking.float().mean()))
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
