@@ -16,7 +16,11 @@ makes the loop deterministic; a PDMS unlike the saved one is an error), and each
   to see;
 - the last plan tracked before contact: did it slow down (its lowest speed within 2 s against the ego's speed when it
   was made), and where did its 2-s point lie against the road user's position then (`planned into`: the plan's path
-  crossed the spot where the road user stood)?
+  crossed the spot where the road user stood)? and did the plan's critical objects name a lead vehicle?
+
+With `--png`, the first `--pictures` rear-ends are drawn: the front camera as the model saw it (160x96, enlarged) at the
+last plan observed 1.5 s or more before contact (a stop was still possible) and at its last plan, beside the bird's-eye
+view of the earlier moment (the plan in red, the expert's path in green).
 
 Diagnosis only: it reads validation runs (never the held-out seed) and changes no model.
 """
@@ -36,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PATH_HALF_WIDTH_M = 3.0
 PATH_AHEAD_M = 40.0
 DT_LOOKBACK_S = 6.0
+EARLY_S = 1.5  # the "early" plan: the last one observed at least this long before contact, while a stop was still possible
 
 
 def saved_episodes(path: str, method: str = "speculative") -> tuple[dict, list[dict]]:
@@ -73,7 +78,16 @@ def in_path_seconds(world, agent: int, k: int, dt: float) -> float:
     return n * dt
 
 
-def describe(run, expert, k: int, agent: int, dt: float) -> dict:
+def bumper_gap(w, agent: int, k: int) -> float:
+    """Metres from the ego's front bumper to the road user's nearest end along the ego's heading at step k."""
+    from ddrive_ros.sim.scenario import EGO_FRONT
+
+    rel = w.agent_xy[agent, k] - w.ego_xy[k]
+    lon = rel[0] * math.cos(w.ego_yaw[k]) + rel[1] * math.sin(w.ego_yaw[k])
+    return float(lon - EGO_FRONT - w.agent_size[agent, 0] / 2.0)
+
+
+def describe(run, expert, k: int, agent: int, dt: float, objects: dict[int, dict] | None = None) -> dict:
     w = run.world
     kind = str(w.agent_kind[agent])
     rel = w.agent_xy[agent, k] - w.ego_xy[k]
@@ -95,7 +109,55 @@ def describe(run, expert, k: int, agent: int, dt: float) -> dict:
         at = w.agent_xy[agent, p.k_obs]
         row["last_plan_passes_agent_m"] = float(np.min(np.linalg.norm(wp.xy[two] - at, axis=1)))
         row["last_plan_meta"] = p.meta
+        row["last_plan_k_obs"] = int(p.k_obs)
+        row["last_plan_observed_s_before"] = round((k - p.k_obs) * dt, 2)
+        row["gap_at_last_plan_m"] = bumper_gap(w, agent, p.k_obs)
+        named = (objects or {}).get(int(p.k_obs))
+        if named is not None:
+            row["last_plan_lead_vehicle"] = bool(named.get("lead_vehicle", False))
+            row["last_plan_lead_braking"] = bool(named.get("lead_vehicle_braking", False))
+    early = [p for p in run.plans if (k - p.k_obs) * dt >= EARLY_S - 1e-9]
+    if early:
+        p = early[-1]
+        row["early_plan_k_obs"] = int(p.k_obs)
+        row["early_plan_observed_s_before"] = round((k - p.k_obs) * dt, 2)
+        row["early_gap_m"] = bumper_gap(w, agent, p.k_obs)
+        row["early_ego_v"] = float(w.ego_v[p.k_obs])
+        row["early_meta"] = p.meta
+        named = (objects or {}).get(int(p.k_obs))
+        if named is not None:
+            row["early_lead_vehicle"] = bool(named.get("lead_vehicle", False))
     return row
+
+
+def picture(run, expert, row: dict, renderer, size: int) -> np.ndarray:
+    """One contact: the front camera at the early plan (EARLY_S or more before contact) and at the last plan, enlarged,
+    beside the bird's-eye view at the early plan."""
+    import cv2
+
+    from ddrive_ros.evaluation import draw
+    from ddrive_ros.observation import CAMERAS
+    from ddrive_ros.sim.sim_video import bev_frame
+    from ddrive_ros.sim.world import STEPS_PER_FRAME
+
+    w = run.world
+
+    def front(k: int) -> np.ndarray:
+        cam = w.rendered(k - k % STEPS_PER_FRAME, renderer)[CAMERAS.index("front")]
+        return cv2.resize(cam, (size * cam.shape[1] // cam.shape[0], size), interpolation=cv2.INTER_NEAREST)
+
+    def said(key: str) -> str:
+        return {True: "yes", False: "no", None: "?"}[row.get(key)]
+
+    k_early = int(row.get("early_plan_k_obs", row["last_plan_k_obs"]))
+    body = draw.side_by_side(front(k_early), front(int(row["last_plan_k_obs"])), bev_frame(run, k_early, expert, size=size))
+    lines = [f"episode {row['episode_seed']} ({row['situation']}, {row['nav_command']}): rear-end at {row['ego_v']:.1f} m/s, "
+             f"the expert at {row['expert_v_same_t']:.1f} m/s then",
+             f"left: {row.get('early_plan_observed_s_before', float('nan')):.1f} s before, {row.get('early_ego_v', float('nan')):.1f} m/s, "
+             f"gap {row.get('early_gap_m', float('nan')):.1f} m, lead named: {said('early_lead_vehicle')}, {row.get('early_meta', '')};  "
+             f"middle: {row['last_plan_observed_s_before']:.1f} s before, gap {row['gap_at_last_plan_m']:.1f} m, "
+             f"lead named: {said('last_plan_lead_vehicle')}"]
+    return draw.stacked(*[draw.label_strip(t, body.shape[1]) for t in lines], body)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", default="fast_ddrive_tiny")
     ap.add_argument("--runs", required=True, help="comma-separated saved `ddrive sim --json` runs of this checkpoint")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--png", default=None, help="draw the first --pictures rear-ends here")
+    ap.add_argument("--pictures", type=int, default=4)
+    ap.add_argument("--size", type=int, default=240, help="picture height in px")
     args = ap.parse_args(argv)
 
     import torch
@@ -130,12 +195,26 @@ def main(argv: list[str] | None = None) -> int:
         todo += [(path, int(cfg["seed"]), opts, e) for e in eps]
     renderer = default_renderer()
     planner = Planner(ckpt.load(args.checkpoint), PlannerOptions(decoder="speculative"))
-    driver = ModelDriver(planner, planner.restart_sampling)
 
-    rows = []
+    class NamingDriver(ModelDriver):
+        """The planner, keeping each plan's critical objects by the step it observed."""
+
+        def __init__(self, *a, **kw) -> None:
+            super().__init__(*a, **kw)
+            self.objects: dict[int, dict] = {}
+
+        def plan(self, t: float):
+            plan, compute_s = super().plan(t)
+            self.objects[int(round(t / SIM_DT))] = dict(plan.critical_objects or {})
+            return plan, compute_s
+
+    driver = NamingDriver(planner, planner.restart_sampling)
+
+    rows, blocks = [], []
     for path, seed, opts, e in tqdm(todo, desc="collision episodes", unit="ep"):
         opts.renderer = renderer
         ep = int(e["seed"])
+        driver.objects = {}
         expert = run_episode(ep, "expert", None, opts)
         run = run_episode(ep, "speculative", lambda w: driver.bind(w), opts, expert.score.progress_m)
         if abs(run.score.pdms - float(e["pdms"])) > 1e-6:
@@ -146,21 +225,32 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             k_abs = k + run.world.start_step
             row = {"run": Path(path).name, "sim_seed": seed, "episode_seed": ep, "situation": e["kind"],
-                   "nav_command": e["nav_command"], **describe(run, expert, k_abs, agent, SIM_DT)}
+                   "nav_command": e["nav_command"], **describe(run, expert, k_abs, agent, SIM_DT, driver.objects)}
             rows.append(row)
+            if args.png and row["how"] == "rear-end" and len(blocks) < args.pictures and "last_plan_k_obs" in row:
+                blocks.append(picture(run, expert, row, renderer, args.size))
 
     print(f"\n{len(rows)} at-fault contacts in {len(todo)} episodes ({args.checkpoint})\n")
-    print("| how | n | ego m/s at contact (mean) | expert m/s same time | in path > 2 s | last plan brakes | last plan passes within 2 m of it |")
-    print("|---|---|---|---|---|---|---|")
+    print("| how | n | ego m/s at contact (mean) | expert m/s same time | in path > 2 s | last plan brakes | last plan passes within 2 m of it | last plan names a lead vehicle | so does the plan 1.5 s before |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for h, n in Counter(r["how"] for r in rows).most_common():
         g = [r for r in rows if r["how"] == h]
         brakes = sum(bool(r.get("last_plan_brakes")) for r in g)
         passes = sum(r.get("last_plan_passes_agent_m", 99) < 2.0 for r in g)
+        named = sum(bool(r.get("last_plan_lead_vehicle")) for r in g)
         print(f"| {h} | {n} | {np.mean([r['ego_v'] for r in g]):.1f} | {np.mean([r['expert_v_same_t'] for r in g]):.1f} "
-              f"| {sum(r['in_path_s'] > 2.0 for r in g)} | {brakes} | {passes} |")
+              f"| {sum(r['in_path_s'] > 2.0 for r in g)} | {brakes} | {passes} | {named} "
+              f"| {sum(bool(r.get('early_lead_vehicle')) for r in g)} of {sum('early_lead_vehicle' in r for r in g)} |")
     print("\n| situation | contacts |\n|---|---|")
     for s, n in Counter(r["situation"] for r in rows).most_common():
         print(f"| {s} | {n} |")
+    if args.png:
+        from ddrive_ros.evaluation import draw
+
+        if not blocks:
+            raise ValueError("no rear-end contact to draw")
+        draw.write_png(args.png, draw.stacked(*blocks))
+        print(f"wrote {args.png}")
     if args.json:
         Path(args.json).write_text(json.dumps({"checkpoint": args.checkpoint, "runs": args.runs, "contacts": rows}, indent=1))
         print(f"wrote {args.json}")

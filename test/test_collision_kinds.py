@@ -28,12 +28,19 @@ def one_episode_run(tmp_path: Path, pdms_shift: float = 0.0) -> Path:
 
 
 def test_drives_the_saved_collision_again_and_describes_it(kinds, tmp_path):
-    out = tmp_path / "kinds.json"
+    import cv2
+
+    out, png = tmp_path / "kinds.json", tmp_path / "kinds.png"
     assert kinds.main(["--checkpoint", "fast_ddrive_tiny", "--runs", str(one_episode_run(tmp_path)),
-                       "--json", str(out)]) == 0
+                       "--json", str(out), "--png", str(png), "--size", "96"]) == 0
     (c,) = json.loads(out.read_text())["contacts"]
     assert c["episode_seed"] == EPISODE and c["how"] == "rear-end" and c["kind"] == "vehicle"
     assert c["in_path_s"] > 2.0 and c["ego_v"] > c["expert_v_same_t"]  # a road user in view, approached too fast
+    assert 0.2 <= c["last_plan_observed_s_before"] <= 0.45 and 0.0 < c["gap_at_last_plan_m"] < 5.0
+    assert isinstance(c["last_plan_lead_vehicle"], bool)
+    img = cv2.imread(str(png))
+    assert img.shape[0] > 96 and img.shape[1] == 2 * 160 + 96  # two front camera frames beside the bird's-eye view
+    assert c["early_plan_observed_s_before"] >= 1.5 and c["early_gap_m"] > c["gap_at_last_plan_m"]
 
 
 def test_refuses_a_run_that_scored_otherwise_and_the_held_out_seed(kinds, tmp_path):
