@@ -1,6 +1,6 @@
 """What the learned planner's at-fault collisions are: who it hits, from where, and whether its last plan meant to stop.
 
-    .venv/bin/python bench/collision_kinds.py --checkpoint fast_ddrive_tiny \
+    .venv/bin/python bench/collision_kinds.py --checkpoint candidates/fast_ddrive_bins_tiny_dagger \
         --runs bench/results/sim_60_val31_fast_ddrive_dagger_bins.json,bench/results/sim_60_val131_fast_ddrive_dagger_bins.json \
         --json bench/results/collision_kinds_val.json
 

@@ -8,7 +8,9 @@ import pytest
 
 from conftest import load_bench_script
 
-SAVED = Path(__file__).resolve().parents[1] / "bench" / "results" / "sim_60_val31_fast_ddrive_dagger_bins.json"
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINT = str(ROOT / "candidates" / "fast_ddrive_bins_tiny_dagger")  # round 13: the shipped model when the saved run drove
+SAVED = ROOT / "bench" / "results" / "sim_60_val31_fast_ddrive_dagger_bins.json"
 EPISODE = 2121125069  # rear-ends a vehicle standing at an intersection (bench/results/collision_kinds_val6.json)
 
 
@@ -31,7 +33,7 @@ def test_drives_the_saved_collision_again_and_describes_it(kinds, tmp_path):
     import cv2
 
     out, png = tmp_path / "kinds.json", tmp_path / "kinds.png"
-    assert kinds.main(["--checkpoint", "fast_ddrive_tiny", "--runs", str(one_episode_run(tmp_path)),
+    assert kinds.main(["--checkpoint", CHECKPOINT, "--runs", str(one_episode_run(tmp_path)),
                        "--json", str(out), "--png", str(png), "--size", "96"]) == 0
     (c,) = json.loads(out.read_text())["contacts"]
     assert c["episode_seed"] == EPISODE and c["how"] == "rear-end" and c["kind"] == "vehicle"
@@ -45,7 +47,7 @@ def test_drives_the_saved_collision_again_and_describes_it(kinds, tmp_path):
 
 def test_refuses_a_run_that_scored_otherwise_and_the_held_out_seed(kinds, tmp_path):
     with pytest.raises(ValueError, match="saved"):
-        kinds.main(["--runs", str(one_episode_run(tmp_path, pdms_shift=0.25))])
+        kinds.main(["--checkpoint", CHECKPOINT, "--runs", str(one_episode_run(tmp_path, pdms_shift=0.25))])
     data = json.loads(SAVED.read_text())
     data["config"]["seed"] = 777
     held = tmp_path / "held_val.json"
