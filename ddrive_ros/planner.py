@@ -23,7 +23,7 @@ from ddrive_ros.previous_plan import prior_ids
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
-from ddrive_ros.speed_smoothing import smooth_speed_profile
+from ddrive_ros.speed_smoothing import follow_meta_speed, smooth_speed_profile
 from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
@@ -162,6 +162,9 @@ class Planner:
         xy = curves.mean(0)
         if self.options.speed_smoothing > 0:
             xy = smooth_speed_profile(xy, OUTPUT_TIMES, obs.speed, obs.accel, self.options.speed_smoothing)
+        meta_ok = all(plan.validity.get(f"future_meta_behavior.{k}", True) for k in ("longitudinal", "target_speed"))
+        if self.options.follow_meta_speed and plan.meta is not None and meta_ok:  # a garbled meta is not followed
+            xy = follow_meta_speed(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed)
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)
         if len(plans) > 1:

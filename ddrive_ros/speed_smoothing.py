@@ -76,7 +76,44 @@ def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, 
         raise ValueError(f"smooth_speed_profile: lead_m must be >= 0, got {lead_m}")
     # both bounds are non-decreasing in time, so the result is too
     s_new = np.minimum(np.clip(np.maximum.accumulate(free + basis @ jerk), 0.0, total), s_path[1:] + lead_m)
-    # re-sample along the polyline; zero-length segments (a stopped plan) are skipped
+    return _along(path, seg, s_path, s_new)
+
+
+def _along(path: np.ndarray, seg: np.ndarray, s_path: np.ndarray, s_new: np.ndarray) -> np.ndarray:
+    """Positions at arc lengths `s_new` along the polyline `path` ((K+1, 2), from the origin); zero-length
+    segments (a stopped plan) are skipped."""
     keep = np.concatenate([[True], seg > 1e-9])
     s_knots, knots = s_path[keep], path[keep]
     return np.stack([np.interp(s_new, s_knots, knots[:, 0]), np.interp(s_new, s_knots, knots[:, 1])], axis=1)
+
+
+SLOWING = ("DECELERATE", "STOP")
+
+
+def follow_meta_speed(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: str, target_speed: float) -> np.ndarray:
+    """(K, 2) positions along the same path as `xy`, no further along at any stamp than a constant deceleration from
+    `v0` to the plan's own meta `target_speed` at the last stamp, when the meta says DECELERATE or STOP; otherwise
+    `xy` unchanged. The meta's target speed is the speed it means to have at the end of the horizon (the label is
+    the expert's speed 5 s on, `sim/labels.py`); a trajectory that keeps going faster than its own meta says is
+    re-timed to it, never made faster. Only the plan's own outputs are read (no perception)."""
+    xy = np.asarray(xy, dtype=float)
+    times = np.asarray(times, dtype=float)
+    if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] != times.shape[0]:
+        raise ValueError(f"follow_meta_speed: xy must be (K, 2) with one row per time, got {xy.shape} and "
+                         f"{times.shape}")
+    if not np.isfinite(target_speed) or target_speed < 0:
+        raise ValueError(f"follow_meta_speed: target_speed must be finite and >= 0, got {target_speed}")
+    v0 = max(0.0, float(v0))
+    if longitudinal not in SLOWING or target_speed >= v0 or not np.all(np.isfinite(xy)):
+        return xy
+    horizon = float(times[-1])
+    accel = (float(target_speed) - v0) / horizon
+    cap = v0 * times + 0.5 * accel * times ** 2  # non-decreasing: the speed stays >= target_speed >= 0
+    path = np.concatenate([np.zeros((1, 2)), xy])
+    seg = np.hypot(*np.diff(path, axis=0).T)
+    s_path = np.concatenate([[0.0], np.cumsum(seg)])
+    s_plan = s_path[1:]
+    if np.all(s_plan <= cap):
+        return xy
+    s_new = np.minimum(np.maximum.accumulate(s_plan), cap)  # a path that doubles back keeps its own order
+    return _along(path, seg, s_path, s_new)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddrive_ros.speed_smoothing import smooth_speed_profile
+from ddrive_ros.speed_smoothing import follow_meta_speed, smooth_speed_profile
 from ddrive_ros.timeline import OUTPUT_TIMES as T
 
 
@@ -106,3 +106,55 @@ def test_the_planner_smooths_its_trajectory_and_leaves_its_tokens_alone():
     assert np.array_equal(plain.waypoints, smooth.waypoints)
     expected = smooth_speed_profile(plain.trajectory[:, 1:3], T, 6.0, 0.5, 0.1)
     np.testing.assert_allclose(smooth.trajectory[:, 1:3], expected, atol=1e-9)
+
+
+def _speeds(xy: np.ndarray) -> np.ndarray:
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(np.vstack([[0.0, 0.0], xy]), axis=0).T))])
+    return np.diff(s) / np.diff(np.concatenate([[0.0], T]))
+
+
+def test_a_plan_that_says_stop_and_keeps_going_is_retimed_to_its_own_meta():
+    curve = np.stack([6.0 * T, 0.02 * (6.0 * T) ** 2], axis=1)  # 6 m/s on, along a curve
+    out = follow_meta_speed(curve, T, 6.0, "STOP", 0.0)
+    assert _on_polyline(out, np.vstack([[0.0, 0.0], curve])) < 1e-9  # the same path
+    straight = follow_meta_speed(np.stack([6.0 * T, np.zeros_like(T)], axis=1), T, 6.0, "STOP", 0.0)
+    s_cap = 6.0 * T - 0.5 * (6.0 / 5.0) * T ** 2
+    np.testing.assert_allclose(straight[:, 0], s_cap, atol=1e-9)  # a constant deceleration to 0 at 5 s
+    assert _speeds(out)[-1] < 0.2 and np.all(np.diff(_speeds(out)) <= 1e-9)
+    slow = follow_meta_speed(curve, T, 6.0, "DECELERATE", 3.0)
+    assert abs(_speeds(slow)[-1] - 3.0) < 0.2  # to the meta's target speed, not to a stop
+
+
+@pytest.mark.parametrize("lon, target, v0", [("KEEP", 0.0, 6.0), ("ACCELERATE", 0.0, 6.0), ("STOP", 6.5, 6.0)])
+def test_it_never_touches_a_plan_whose_meta_does_not_slow_or_that_already_slows(lon, target, v0):
+    curve = np.stack([6.0 * T, np.zeros_like(T)], axis=1)
+    assert follow_meta_speed(curve, T, v0, lon, target) is curve
+    braking = np.stack([6.0 * T - 0.6 * T ** 2 - 0.001, np.zeros_like(T)], axis=1)  # already stops by 5 s
+    np.testing.assert_array_equal(follow_meta_speed(braking, T, 6.0, "STOP", 0.0), braking)
+
+
+def test_it_refuses_a_bad_target_speed_by_name():
+    with pytest.raises(ValueError, match="target_speed"):
+        follow_meta_speed(np.zeros((len(T), 2)), T, 5.0, "STOP", float("nan"))
+    with pytest.raises(ValueError, match="xy must be"):
+        follow_meta_speed(np.zeros((3, 2)), T, 5.0, "STOP", 0.0)
+
+
+def test_the_planner_follows_its_meta_speed_only_when_asked():
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.observation import Observation
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    bundle = build_random("tiny", "fast_ddrive_bins", seed=4)  # its meta: STOP to 7.8 m/s, under the ego's 9 m/s
+    obs = Observation(images=np.zeros((2, 3, 96, 160, 3), np.uint8), past_xy=np.stack([-np.arange(4, 0, -1) * 4.5,
+                      np.zeros(4)], 1), speed=9.0, accel=0.0, yaw_rate=0.0, nav_command="FOLLOW_LANE", stamp=1.0)
+    plain, plain_ids = Planner(bundle, PlannerOptions(draft_previous=False)).plan_and_ids(obs)
+    follow, follow_ids = Planner(bundle, PlannerOptions(draft_previous=False, follow_meta_speed=True)).plan_and_ids(obs)
+    assert np.array_equal(plain_ids, follow_ids)  # the tokens (and so the published meta) are the same
+    m = plain.meta
+    assert m.longitudinal in ("DECELERATE", "STOP") and m.target_speed < 9.0
+    assert all(plain.validity[f"future_meta_behavior.{k}"] for k in ("longitudinal", "target_speed"))
+    expected = follow_meta_speed(plain.trajectory[:, 1:3], T, 9.0, m.longitudinal, m.target_speed)
+    assert not np.allclose(expected, plain.trajectory[:, 1:3])
+    np.testing.assert_allclose(follow.trajectory[:, 1:3], expected, atol=1e-9)

@@ -63,7 +63,8 @@ P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
-PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "speed_smoothing")  # read once per plan
+PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "speed_smoothing",
+                      "follow_meta_speed")  # read once per plan
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -409,8 +410,10 @@ class PlannerCore:
                                                             self._p("safety_rounds"))
         opt.manoeuvre_resamples = self._p("manoeuvre_resamples")
         opt.speed_smoothing = self._p("speed_smoothing")
+        opt.follow_meta_speed = self._p("follow_meta_speed")
         self.model_info["reflect"] = opt.reflect
         self.model_info["speed_smoothing"] = opt.speed_smoothing
+        self.model_info["follow_meta_speed"] = opt.follow_meta_speed
 
     def _on_nav(self, msg: String) -> None:
         self.received["navigation"] += 1
@@ -639,6 +642,7 @@ class PlannerCore:
             inputs = Status(0, "inputs fresh", values)
 
         values = {"reflect": self._p("reflect"), "speed_smoothing": self._p("speed_smoothing"),
+                  "follow_meta_speed": self._p("follow_meta_speed"),
                   "reflect_edited_tokens": self.reflect_edits,
                   "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
