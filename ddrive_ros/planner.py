@@ -23,7 +23,7 @@ from ddrive_ros.previous_plan import prior_ids
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
-from ddrive_ros.speed_smoothing import follow_meta_speed, smooth_speed_profile
+from ddrive_ros.speed_smoothing import follow_meta_speed, follows_meta, smooth_speed_profile
 from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
@@ -43,6 +43,7 @@ class Planner:
         self.logit_bias = logit_bias.parse(spec, "logit_bias")  # {field: {value: offset}}, for the record
         self._bias_entries = logit_bias.entries(self.layout, self.logit_bias)
         make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
+        follows_meta(opt.follow_meta_speed, {})  # so does an unknown follow_meta_speed
         if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
             raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
         if opt.reflect in ("autoedit", "both") and uses_block_size_one(opt.decoder):
@@ -163,7 +164,8 @@ class Planner:
         if self.options.speed_smoothing > 0:
             xy = smooth_speed_profile(xy, OUTPUT_TIMES, obs.speed, obs.accel, self.options.speed_smoothing)
         meta_ok = all(plan.validity.get(f"future_meta_behavior.{k}", True) for k in ("longitudinal", "target_speed"))
-        if self.options.follow_meta_speed and plan.meta is not None and meta_ok:  # a garbled meta is not followed
+        if (plan.meta is not None and meta_ok  # a garbled meta is not followed
+                and follows_meta(self.options.follow_meta_speed, plan.critical_objects)):
             xy = follow_meta_speed(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed)
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)

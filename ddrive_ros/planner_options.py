@@ -41,8 +41,9 @@ class PlannerOptions:
     speed_smoothing: float = 0.1
     # re-time the trajectory along its path so that it slows at least as its own meta says: when the meta is
     # DECELERATE or STOP, no stamp further along than a constant deceleration from the ego speed to the meta's target
-    # speed at 5 s (speed_smoothing.follow_meta_speed). Round 15 measured it on validation (docs/closed_loop.md)
-    follow_meta_speed: bool = False
+    # speed at 5 s (speed_smoothing.follow_meta_speed). off | always | named (only when the plan also names a road
+    # user, light or sign ahead to slow for). Round 15 measured both on validation (docs/closed_loop.md)
+    follow_meta_speed: str = "off"
     # (lo, hi) m/s^2: the measured acceleration the model reads is clamped to this range. Training acceleration
     # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
     # +3 / -4..-7, values the model never saw. None: read as measured

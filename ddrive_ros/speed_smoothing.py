@@ -88,6 +88,16 @@ def _along(path: np.ndarray, seg: np.ndarray, s_path: np.ndarray, s_new: np.ndar
 
 
 SLOWING = ("DECELERATE", "STOP")
+# follow_meta_speed modes: never; whenever the meta slows; only when the plan also names a reason to slow ahead
+FOLLOW_MODES = ("off", "always", "named")
+REASONS_TO_SLOW = ("lead_vehicle", "lead_vehicle_braking", "pedestrian_crossing", "cyclist", "red_light", "stop_sign")
+
+
+def follows_meta(mode: str, critical_objects: dict[str, bool]) -> bool:
+    """Whether a plan with these critical objects is re-timed to its meta speed under `mode` (FOLLOW_MODES)."""
+    if mode not in FOLLOW_MODES:
+        raise ValueError(f"follow_meta_speed must be one of {', '.join(FOLLOW_MODES)}, got {mode!r}")
+    return mode == "always" or (mode == "named" and any(critical_objects.get(k, False) for k in REASONS_TO_SLOW))
 
 
 def follow_meta_speed(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: str, target_speed: float) -> np.ndarray:

@@ -151,12 +151,12 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     assert got[-1]["model"]["speed_smoothing"] == 0.25
     assert listener.set_parameters(speed_smoothing=0.0)[0].successful
     # following the meta's speed is switched the same way
-    assert listener.set_parameters(follow_meta_speed=True)[0].successful
+    assert listener.set_parameters(follow_meta_speed="always")[0].successful
     t_set = time.monotonic()
     got = listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
                             "a plan that follows its meta speed")
-    assert got[-1]["model"]["follow_meta_speed"] is True
-    assert listener.set_parameters(follow_meta_speed=False)[0].successful
+    assert got[-1]["model"]["follow_meta_speed"] == "always"
+    assert listener.set_parameters(follow_meta_speed="off")[0].successful
 
 
 def test_hung_planner_fallback_and_error_then_recovery(live):

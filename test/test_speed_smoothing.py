@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddrive_ros.speed_smoothing import follow_meta_speed, smooth_speed_profile
+from ddrive_ros.speed_smoothing import follow_meta_speed, follows_meta, smooth_speed_profile
 from ddrive_ros.timeline import OUTPUT_TIMES as T
 
 
@@ -150,7 +150,7 @@ def test_the_planner_follows_its_meta_speed_only_when_asked():
     obs = Observation(images=np.zeros((2, 3, 96, 160, 3), np.uint8), past_xy=np.stack([-np.arange(4, 0, -1) * 4.5,
                       np.zeros(4)], 1), speed=9.0, accel=0.0, yaw_rate=0.0, nav_command="FOLLOW_LANE", stamp=1.0)
     plain, plain_ids = Planner(bundle, PlannerOptions(draft_previous=False)).plan_and_ids(obs)
-    follow, follow_ids = Planner(bundle, PlannerOptions(draft_previous=False, follow_meta_speed=True)).plan_and_ids(obs)
+    follow, follow_ids = Planner(bundle, PlannerOptions(draft_previous=False, follow_meta_speed="always")).plan_and_ids(obs)
     assert np.array_equal(plain_ids, follow_ids)  # the tokens (and so the published meta) are the same
     m = plain.meta
     assert m.longitudinal in ("DECELERATE", "STOP") and m.target_speed < 9.0
@@ -158,3 +158,18 @@ def test_the_planner_follows_its_meta_speed_only_when_asked():
     expected = follow_meta_speed(plain.trajectory[:, 1:3], T, 9.0, m.longitudinal, m.target_speed)
     assert not np.allclose(expected, plain.trajectory[:, 1:3])
     np.testing.assert_allclose(follow.trajectory[:, 1:3], expected, atol=1e-9)
+
+
+def test_named_mode_follows_only_a_plan_that_names_a_reason_to_slow_and_unknown_modes_are_refused():
+    assert follows_meta("always", {}) and not follows_meta("off", {"lead_vehicle": True})
+    assert follows_meta("named", {"lead_vehicle": True, "green_light": False})
+    assert follows_meta("named", {"stop_sign": True}) and follows_meta("named", {"pedestrian_crossing": True})
+    assert not follows_meta("named", {"lead_vehicle": False, "green_light": True, "intersection_ahead": True})
+    with pytest.raises(ValueError, match="follow_meta_speed"):
+        follows_meta("sometimes", {})
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    with pytest.raises(ValueError, match="follow_meta_speed"):
+        Planner(build_random("tiny", "trajectory_only", seed=3), PlannerOptions(follow_meta_speed="yes"))

@@ -74,9 +74,10 @@ def register(sub) -> None:
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
-    p.add_argument("--follow-meta-speed", action="store_true",
+    p.add_argument("--follow-meta-speed", choices=("off", "always", "named"), default=None,
                    help="re-time each trajectory to slow at least as its own meta says (DECELERATE / STOP to the "
-                        "meta's target speed at 5 s; speed_smoothing.follow_meta_speed; in-process planners)")
+                        "meta's target speed at 5 s): always, or only when the plan names a reason to slow ahead "
+                        "(speed_smoothing.follow_meta_speed; in-process planners; default: the planner's, off)")
     p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
                    help="clamp the acceleration the model reads to [LO, HI] m/s^2 (e.g. -2,1.5: its training range; "
                         "default: the planner's, none)")
@@ -284,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
             if args.ros and args.speed_smoothing is not None:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
-            if args.ros and args.follow_meta_speed:
+            if args.ros and args.follow_meta_speed is not None:
                 raise ValueError("--follow-meta-speed applies to in-process planners; the node takes its follow_meta_speed parameter")
             if args.ros and args.accel_clip is not None:
                 raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
@@ -316,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
                 planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous,
-                                                         follow_meta_speed=args.follow_meta_speed,
+                                                         follow_meta_speed=args.follow_meta_speed or "off",
                                                          **smoothing_option(args), **accel_clip_option(args),
                                                          **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
@@ -445,7 +446,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "duration_s": args.duration, "plan_hz": args.plan_hz, "latency_ms": args.latency_ms,
                       "ros": bool(args.ros), "num_threads": args.num_threads,
                       "speed_smoothing": getattr(args, "speed_smoothing", None),
-                      "follow_meta_speed": bool(getattr(args, "follow_meta_speed", False)),
+                      "follow_meta_speed": getattr(args, "follow_meta_speed", None) or "off",
                       "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),

@@ -89,9 +89,11 @@ PARAMETERS: dict[str, Spec] = {
     "speed_smoothing": Spec(_OPT.speed_smoothing, P.PARAMETER_DOUBLE,
                             "jerk penalty of the speed profile re-timed along the decoded path (speed_smoothing.py); "
                             "0 = the plan goes through every decoded waypoint", range=(0.0, 100.0)),
-    "follow_meta_speed": Spec(_OPT.follow_meta_speed, P.PARAMETER_BOOL,
+    "follow_meta_speed": Spec(_OPT.follow_meta_speed, P.PARAMETER_STRING,
                               "re-time the trajectory to slow at least as its own meta says (DECELERATE / STOP to the "
-                              "meta's target speed at 5 s): fewer at-fault collisions, less progress (docs/closed_loop.md)"),
+                              "meta's target speed at 5 s): off, always, or named (only when the plan names a reason to "
+                              "slow ahead); fewer at-fault collisions, less progress (docs/closed_loop.md)",
+                              choices=("off", "always", "named")),
     # ---- inputs (subscriptions and buffers: read-only)
     "camera_type": Spec("raw", P.PARAMETER_STRING,
                         "raw: subscribe ~/input/camera/<cam>/image (Image); compressed: .../image/compressed",
