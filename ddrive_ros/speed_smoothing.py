@@ -23,6 +23,9 @@ starts from an acceleration near zero, and a jerk-penalised fit would spread its
 second; capped, it brakes as late as the decoded plan allows and no later. (Measured on validation seed 31,
 the cap did not mend the shipped full model: with smoothing it collides in 11 of 60 episodes uncapped and 12
 capped, against 7 without smoothing. The candidates it helps are in docs/closed_loop.md.)
+
+The other re-timing along the same path, `follow_meta_speed`, makes a plan slow at least as its own meta
+behaviour says (off by default; measured in docs/closed_loop.md, "A trajectory that follows its own meta speed").
 """
 from __future__ import annotations
 
