@@ -99,11 +99,12 @@ def unknown_words(text: str, words: frozenset[str] | None = None) -> list[str]:
 
 
 # -- critical objects -------------------------------------------------------------------------
-def _lead_agent(ep, k: int, th: LabelThresholds) -> int:
-    """Index of the lead vehicle at step k or -1."""
+def lead_vehicle(ep, k: int, th: LabelThresholds = THRESHOLDS) -> tuple[int, float]:
+    """The lead vehicle at step k: its agent index and the gap (m) from the ego's front bumper to its rear along the
+    route, or (-1, nan) when there is none (the `lead_vehicle` label's rule)."""
     veh = np.flatnonzero(ep.agent_kind == VEHICLE)
     if not len(veh):
-        return -1
+        return -1, float("nan")
     route = ep.scenario.ego.route
     s_e = ep.ego_s[k]
     s_a, l_a = route.path.project(ep.agent_xy[veh, k], s_e - 5.0, s_e + th.lead_range_m + 20.0)
@@ -111,8 +112,14 @@ def _lead_agent(ep, k: int, th: LabelThresholds) -> int:
     gap = s_a - ep.agent_size[veh, 0] / 2 - (s_e + EGO_FRONT)
     ok = (np.abs(l_a) < th.lead_lateral_m) & (np.cos(rel) > 0.5) & (gap > -1.0) & (gap <= th.lead_range_m)
     if not ok.any():
-        return -1
-    return int(veh[np.flatnonzero(ok)[np.argmin(gap[ok])]])
+        return -1, float("nan")
+    i = np.flatnonzero(ok)[np.argmin(gap[ok])]
+    return int(veh[i]), float(gap[i])
+
+
+def _lead_agent(ep, k: int, th: LabelThresholds) -> int:
+    """Index of the lead vehicle at step k or -1."""
+    return lead_vehicle(ep, k, th)[0]
 
 
 def _mean_accel(ep, a: int, k: int, window_s: float) -> float:
