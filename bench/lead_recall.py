@@ -33,24 +33,22 @@ def bin_label(gap: float) -> str:
     raise ValueError(f"lead gap {gap} m outside the label's range {GAP_BINS_M[0]}..{GAP_BINS_M[-1]}")
 
 
+def _named(rows: list[dict], share: str = "recall") -> dict:
+    """How many rows, how many of them name a lead, and that share (None for no rows)."""
+    named = sum(r["named"] for r in rows)
+    return {"n": len(rows), "named": named, share: named / len(rows) if rows else None}
+
+
 def summarise(rows: list[dict]) -> dict:
     """Recall of `named` among rows with a lead, by gap bin and by standing / moving; false alarms among the rest."""
     leads = [r for r in rows if r["lead"]]
-    none = [r for r in rows if not r["lead"]]
-    out: dict = {"anchors": len(rows), "with_lead": len(leads), "by_gap": {}, "by_motion": {}}
-    for lo, hi in zip(GAP_BINS_M[:-1], GAP_BINS_M[1:]):
-        name = bin_label(hi)
-        g = [r for r in leads if r["gap_bin"] == name]
-        out["by_gap"][name] = {"n": len(g), "named": sum(r["named"] for r in g),
-                               "recall": (sum(r["named"] for r in g) / len(g)) if g else None}
-    for name, keep in (("standing", lambda r: r["lead_v"] < STANDING_MPS), ("moving", lambda r: r["lead_v"] >= STANDING_MPS)):
-        g = [r for r in leads if keep(r)]
-        out["by_motion"][name] = {"n": len(g), "named": sum(r["named"] for r in g),
-                                  "recall": (sum(r["named"] for r in g) / len(g)) if g else None}
-    out["recall"] = (sum(r["named"] for r in leads) / len(leads)) if leads else None
-    out["false_alarms"] = {"n": len(none), "named": sum(r["named"] for r in none),
-                           "rate": (sum(r["named"] for r in none) / len(none)) if none else None}
-    return out
+    return {"anchors": len(rows), "with_lead": len(leads),
+            "by_gap": {name: _named([r for r in leads if r["gap_bin"] == name])
+                       for name in (bin_label(hi) for hi in GAP_BINS_M[1:])},
+            "by_motion": {"standing": _named([r for r in leads if r["lead_v"] < STANDING_MPS]),
+                          "moving": _named([r for r in leads if r["lead_v"] >= STANDING_MPS])},
+            "recall": _named(leads)["recall"],
+            "false_alarms": _named([r for r in rows if not r["lead"]], "rate")}
 
 
 def _share(x: float | None) -> str:
@@ -110,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     planner = Planner(ckpt.load(args.checkpoint), PlannerOptions(decoder="speculative", draft_previous=False))
-    names = planner.schema.section_names
-    if "critical_objects" not in names or "lead_vehicle" not in [f.name for f in planner.schema.section("critical_objects").fields]:
+    schema = planner.schema
+    if ("critical_objects" not in schema.section_names
+            or "lead_vehicle" not in [f.name for f in schema.section("critical_objects").fields]):
         raise ValueError(f"{args.checkpoint}: its schema {planner.schema.name} names no lead_vehicle")
     renderer = default_renderer()
     rows = []
@@ -124,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             k = ep.frames[index].step
             agent, gap = lead_vehicle(ep, k)
-            assert (agent >= 0) == bool(sample.labels.critical_objects["lead_vehicle"])  # the label's own rule
+            if (agent >= 0) != bool(sample.labels.critical_objects["lead_vehicle"]):
+                raise RuntimeError(f"episode {ep_seed} t0 {sample.t0}: labels.lead_vehicle disagrees with the label")
             planner.restart_sampling()
             plan = planner.plan(sample.observation)
             rows.append({"episode_seed": ep_seed, "t0": sample.t0, "lead": agent >= 0,

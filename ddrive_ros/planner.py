@@ -163,9 +163,9 @@ class Planner:
         xy = curves.mean(0)
         if self.options.speed_smoothing > 0:
             xy = smooth_speed_profile(xy, OUTPUT_TIMES, obs.speed, obs.accel, self.options.speed_smoothing)
-        meta_ok = all(plan.validity.get(f"future_meta_behavior.{k}", True) for k in ("longitudinal", "target_speed"))
-        if (plan.meta is not None and meta_ok  # a garbled meta is not followed
-                and follows_meta(self.options.follow_meta_speed, plan.critical_objects)):
+        if (plan.meta is not None and follows_meta(self.options.follow_meta_speed, plan.critical_objects)
+                and all(plan.validity.get(f"future_meta_behavior.{k}", True)  # a garbled meta is not followed
+                        for k in ("longitudinal", "target_speed"))):
             xy = follow_meta_speed(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed)
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)

@@ -125,8 +125,6 @@ def follow_meta_speed(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: 
     path = np.concatenate([np.zeros((1, 2)), xy])
     seg = np.hypot(*np.diff(path, axis=0).T)
     s_path = np.concatenate([[0.0], np.cumsum(seg)])
-    s_plan = s_path[1:]
-    if np.all(s_plan <= cap):
+    if np.all(s_path[1:] <= cap):
         return xy
-    s_new = np.minimum(np.maximum.accumulate(s_plan), cap)  # a path that doubles back keeps its own order
-    return _along(path, seg, s_path, s_new)
+    return _along(path, seg, s_path, np.minimum(s_path[1:], cap))  # both non-decreasing, so the result is too

@@ -117,11 +117,6 @@ def lead_vehicle(ep, k: int, th: LabelThresholds = THRESHOLDS) -> tuple[int, flo
     return int(veh[i]), float(gap[i])
 
 
-def _lead_agent(ep, k: int, th: LabelThresholds) -> int:
-    """Index of the lead vehicle at step k or -1."""
-    return lead_vehicle(ep, k, th)[0]
-
-
 def _mean_accel(ep, a: int, k: int, window_s: float) -> float:
     n = max(int(round(window_s / ep.dt)), 1)
     k0 = max(k - n, 0)
@@ -144,7 +139,7 @@ def critical_objects(ep, k: int, th: LabelThresholds = THRESHOLDS) -> dict[str, 
         x, y = rel[:, 0], rel[:, 1]
     else:
         x = y = np.zeros(0)
-    lead = _lead_agent(ep, k, th)
+    lead, _ = lead_vehicle(ep, k, th)
     out["lead_vehicle"] = lead >= 0
     out["lead_vehicle_braking"] = lead >= 0 and _mean_accel(ep, lead, k, th.braking_window_s) < th.lead_braking_accel
     ped = kind == PEDESTRIAN
