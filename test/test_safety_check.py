@@ -248,6 +248,13 @@ def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes
     future = world_to_ego(world.ego_xy[k + np.round(T / world.dt).astype(int)], world.ego_xy[k], world.ego_yaw[k])
     found = check(np.round(future, 1), T, ctx)  # as the tokens would carry it
     assert not [v for v in found if v.kind in ("collision", "corridor")], found
+    # the node's view with ~/input/obstacles wired and no map: the same road users, no corridor
+    objects = safety_context(world, k, corridor=False)
+    assert objects.corridor is None and ctx.corridor is not None
+    assert objects.obstacles == ctx.obstacles and objects.v0 == ctx.v0
+    off_road = np.round(future + np.array([0.0, 12.0]), 1)  # 12 m to the left: off the carriageway
+    assert "corridor" in [v.kind for v in check(off_road, T, ctx)]
+    assert "corridor" not in [v.kind for v in check(off_road, T, objects)]
 
 
 @pytest.mark.parametrize("seed", [3253896501, 2926981835, 1146602604])  # right turn; lane changes on curves

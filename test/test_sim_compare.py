@@ -88,7 +88,7 @@ def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
         manoeuvre_option(argparse.Namespace(manoeuvre_resamples=-1))
 
 
-def test_ddrive_sim_safety_perception_is_the_world_in_process_and_the_ego_only_over_ros(tmp_path):
+def test_ddrive_sim_safety_perception_is_the_world_or_objects_in_process_and_the_ego_only_over_ros(tmp_path):
     import argparse
 
     from ddrive_ros.cli import main
@@ -97,8 +97,10 @@ def test_ddrive_sim_safety_perception_is_the_world_in_process_and_the_ego_only_o
     assert safety_perception(argparse.Namespace(ros=False, safety_perception=None)) == "world"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="ego")) == "ego"
     assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "ego"
-    with pytest.raises(ValueError, match="--safety-perception world needs the world's true road users"):
-        safety_perception(argparse.Namespace(ros=True, safety_perception="world"))
+    assert safety_perception(argparse.Namespace(ros=False, safety_perception="objects")) == "objects"
+    for chosen in ("world", "objects"):
+        with pytest.raises(ValueError, match=f"--safety-perception {chosen} needs the world's true road users"):
+            safety_perception(argparse.Namespace(ros=True, safety_perception=chosen))
     out = tmp_path / "ego.json"
     assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
                  "--methods", "speculative", "--reflect", "safety", "--safety-perception", "ego", "--latency-ms", "200",
@@ -106,3 +108,8 @@ def test_ddrive_sim_safety_perception_is_the_world_in_process_and_the_ego_only_o
     doc = json.loads(out.read_text())
     assert doc["config"]["safety_perception"] == "ego"
     assert [r["method"] for r in doc["rows"]] == ["expert", "speculative+safety"]
+    out = tmp_path / "objects.json"  # the road users without the corridor, in-process
+    assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",
+                 "--methods", "speculative", "--reflect", "safety", "--safety-perception", "objects",
+                 "--latency-ms", "200", "--json", str(out), "--no-progress"]) == 0
+    assert json.loads(out.read_text())["config"]["safety_perception"] == "objects"

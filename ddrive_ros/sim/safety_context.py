@@ -11,6 +11,9 @@ The corridor is where the ego may legally drive over the plan horizon:
   * on a turn route: the route path itself (approach lane, turn arc, target lane), one lane wide.
 It runs from CORRIDOR_BEHIND_M behind the ego to CORRIDOR_AHEAD_M ahead (past anything a 5 s plan at
 20 m/s reaches), resampled every CORRIDOR_STEP_M.
+
+`corridor=False` leaves the corridor out: the road users only, what the node has on a car whose perception
+publishes an object list on ~/input/obstacles and no map (`ddrive sim --safety-perception objects`).
 """
 from __future__ import annotations
 
@@ -43,8 +46,10 @@ def _corridor_world(world: ClosedLoopWorld, k: int) -> tuple[np.ndarray, float]:
     return pts, half
 
 
-def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limits | None = None) -> SafetyContext:
-    """The context of a plan made at `step` (default: the world's current step), in that step's ego frame."""
+def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limits | None = None,
+                   corridor: bool = True) -> SafetyContext:
+    """The context of a plan made at `step` (default: the world's current step), in that step's ego frame;
+    without the drivable corridor when `corridor` is False."""
     k = world.k if step is None else int(step)
     if not 0 <= k <= world.k:
         raise ValueError(f"step {k} is not recorded yet (the world is at step {world.k})")
@@ -58,7 +63,9 @@ def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limi
         obstacles = tuple(Obstacle(float(p[0]), float(p[1]), float(h), float(sz[0]), float(sz[1]),
                                    float(s * np.cos(h)), float(s * np.sin(h)))
                           for p, h, s, sz in zip(xy, yaw, v, size))
-    line, half = _corridor_world(world, k)
-    corridor = Corridor(world_to_ego(line, ego_xy, ego_yaw), half)
-    return SafetyContext(v0=v0, obstacles=obstacles, corridor=corridor, limits=limits or Limits(),
+    lanes = None
+    if corridor:
+        line, half = _corridor_world(world, k)
+        lanes = Corridor(world_to_ego(line, ego_xy, ego_yaw), half)
+    return SafetyContext(v0=v0, obstacles=obstacles, corridor=lanes, limits=limits or Limits(),
                          ego_length=EGO_LENGTH, ego_width=EGO_WIDTH, ego_center_offset=EGO_CENTER_OFFSET)
