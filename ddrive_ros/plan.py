@@ -63,6 +63,7 @@ class Plan:
     stats: DecodeStats | None = None
     stamp: float = 0.0
     draft_waypoints: np.ndarray | None = None  # (K, 2) before reflection, when the planner reflected
+    pulled_away: bool = False  # the trajectory was re-timed to pull away on the meta's ACCELERATE (start_on_meta)
 
     @property
     def valid(self) -> bool:

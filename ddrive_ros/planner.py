@@ -23,11 +23,14 @@ from ddrive_ros.previous_plan import prior_ids
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
-from ddrive_ros.speed_smoothing import follow_meta_speed, follows_meta, smooth_speed_profile
+from ddrive_ros.speed_smoothing import (START_RELEASE_MPS, START_STANDING_MPS, follow_meta_speed, follows_meta,
+                                       smooth_speed_profile, start_on_meta)
 from ddrive_ros.timeline import OUTPUT_TIMES
 from ddrive_ros.trajectory import jmt_interpolate, path_yaw_speed, to_trajectory_array
 
 log = logging.getLogger(__name__)
+
+PULL_AWAY_MAX_GAP_S = 1.0  # s: a pull-away goes on from the previous plan only if that plan is at most this old
 
 
 class Planner:
@@ -167,6 +170,14 @@ class Planner:
                 and all(plan.validity.get(f"future_meta_behavior.{k}", True)  # a garbled meta is not followed
                         for k in ("longitudinal", "target_speed"))):
             xy = follow_meta_speed(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed)
+        if (self.options.start_on_meta and plan.meta is not None
+                and all(plan.validity.get(f"future_meta_behavior.{k}", True) for k in ("longitudinal", "target_speed"))):
+            before = self._previous[0] if self._previous is not None else None
+            under_way = (before is not None and before.pulled_away
+                         and 0.0 < obs.stamp - before.stamp <= PULL_AWAY_MAX_GAP_S)
+            pulled = start_on_meta(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed,
+                                   standing=START_RELEASE_MPS if under_way else START_STANDING_MPS)
+            plan.pulled_away, xy = pulled is not xy, pulled
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)
         if len(plans) > 1:

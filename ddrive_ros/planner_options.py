@@ -44,6 +44,10 @@ class PlannerOptions:
     # speed at 5 s (speed_smoothing.follow_meta_speed). off | always | named (only when the plan also names a road
     # user, light or sign ahead to slow for). Round 15 measured both on validation (docs/closed_loop.md)
     follow_meta_speed: str = "off"
+    # pull a standing ego away when the plan's own meta says ACCELERATE and its trajectory stays put: re-timed along
+    # its path (extended straight on) to at least a 1 m/s^2 start to the meta's target speed
+    # (speed_smoothing.start_on_meta; docs/closed_loop.md, "Pulling away when the meta says go")
+    start_on_meta: bool = False
     # (lo, hi) m/s^2: the measured acceleration the model reads is clamped to this range. Training acceleration
     # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
     # +3 / -4..-7, values the model never saw. None: read as measured

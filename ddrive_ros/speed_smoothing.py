@@ -26,6 +26,8 @@ capped, against 7 without smoothing. The candidates it helps are in docs/closed_
 
 The other re-timing along the same path, `follow_meta_speed`, makes a plan slow at least as its own meta
 behaviour says (off by default; measured in docs/closed_loop.md, "A trajectory that follows its own meta speed").
+Its mirror image, `start_on_meta`, pulls a standing ego away when its own meta says ACCELERATE and its trajectory
+stays put (docs/closed_loop.md, "Pulling away when the meta says go").
 """
 from __future__ import annotations
 
@@ -128,3 +130,57 @@ def follow_meta_speed(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: 
     if np.all(s_path[1:] <= cap):
         return xy
     return _along(path, seg, s_path, np.minimum(s_path[1:], cap))  # both non-decreasing, so the result is too
+
+
+START_STANDING_MPS = 0.5  # m/s: slower than this the ego stands (the scorer's stop-sign "stopped" speed)
+START_RELEASE_MPS = 2.5  # m/s: a pull-away under way (the previous plan pulled away) goes on up to this speed
+START_ACCEL = 1.0  # m/s^2: a gentle pull-away (the expert's starts from a stop line take 1-1.5)
+START_SHORTFALL = 0.5  # the trajectory is frozen when it travels less than this share of the pull-away over the horizon
+START_MIN_DIRECTION_M = 0.3  # m: a shorter plan has no direction of its own; the pull-away goes straight ahead
+
+
+def start_on_meta(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: str, target_speed: float,
+                  accel: float = START_ACCEL, standing: float = START_STANDING_MPS) -> np.ndarray:
+    """(K, 2) positions that pull a standing ego away when its plan's own meta says ACCELERATE and its trajectory
+    stays put; otherwise `xy` itself, the same array (so a caller can tell whether it applied).
+
+    Applies when the ego stands (`v0` < `standing`: START_STANDING_MPS to start, START_RELEASE_MPS while a
+    pull-away is under way, the caller's state), the meta is ACCELERATE to a `target_speed` above
+    `v0`, and the trajectory travels less than START_SHORTFALL of the pull-away (constant `accel` from `v0` up to
+    `target_speed`, then held) by the last stamp. Then each stamp goes as far along the path as the larger of the
+    trajectory and the pull-away; the path is the trajectory's own polyline, extended straight on from its last
+    segment when too short (straight ahead, heading 0, when the whole plan is shorter than START_MIN_DIRECTION_M).
+    Only the plan's own outputs and the ego speed are read (no perception): this makes the trajectory agree with
+    the decision the same plan states, the mirror image of `follow_meta_speed`."""
+    times = np.asarray(times, dtype=float)
+    if not isinstance(xy, np.ndarray) or xy.dtype != float:
+        xy = np.asarray(xy, dtype=float)
+    if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] != times.shape[0]:
+        raise ValueError(f"start_on_meta: xy must be (K, 2) with one row per time, got {xy.shape} and {times.shape}")
+    if not np.isfinite(target_speed) or target_speed < 0:
+        raise ValueError(f"start_on_meta: target_speed must be finite and >= 0, got {target_speed}")
+    if not accel > 0:
+        raise ValueError(f"start_on_meta: accel must be > 0, got {accel}")
+    v0 = max(0.0, float(v0))
+    if longitudinal != "ACCELERATE" or v0 >= standing or target_speed <= v0 or not np.all(np.isfinite(xy)):
+        return xy
+    t_reach = (float(target_speed) - v0) / accel
+    ramp = np.minimum(times, t_reach)
+    go = v0 * ramp + 0.5 * accel * ramp ** 2 + float(target_speed) * np.maximum(times - t_reach, 0.0)
+    path = np.concatenate([np.zeros((1, 2)), xy])
+    seg = np.hypot(*np.diff(path, axis=0).T)
+    s_path = np.concatenate([[0.0], np.cumsum(seg)])
+    s_plan = s_path[1:]  # how far along its path the trajectory is at each stamp
+    if s_path[-1] >= START_SHORTFALL * go[-1]:
+        return xy
+    if s_path[-1] < START_MIN_DIRECTION_M:  # no direction of its own: straight ahead
+        path, seg, s_path = np.zeros((1, 2)), np.zeros(0), np.zeros(1)
+        direction = np.array([1.0, 0.0])
+    else:
+        last = int(np.nonzero(seg > 1e-9)[0][-1])
+        direction = (path[last + 1] - path[last]) / seg[last]
+    reach = float(go[-1]) - float(s_path[-1]) + 1.0  # past the pull-away's last stamp
+    path = np.concatenate([path, path[-1:] + reach * direction])
+    seg = np.concatenate([seg, [reach]])
+    s_path = np.concatenate([s_path, [s_path[-1] + reach]])
+    return _along(path, seg, s_path, np.maximum(s_plan, go))  # both non-decreasing, so the result is too

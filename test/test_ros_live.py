@@ -157,6 +157,13 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
                             "a plan that follows its meta speed")
     assert got[-1]["model"]["follow_meta_speed"] == "always"
     assert listener.set_parameters(follow_meta_speed="off")[0].successful
+    # and pulling away on the meta's ACCELERATE
+    assert listener.set_parameters(start_on_meta=True)[0].successful
+    t_set = time.monotonic()
+    got = listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
+                            "a plan with start_on_meta")
+    assert got[-1]["model"]["start_on_meta"] is True
+    assert listener.set_parameters(start_on_meta=False)[0].successful
 
 
 def test_hung_planner_fallback_and_error_then_recovery(live):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddrive_ros.speed_smoothing import follow_meta_speed, follows_meta, smooth_speed_profile
+from ddrive_ros.speed_smoothing import (START_ACCEL, START_RELEASE_MPS, START_SHORTFALL, START_STANDING_MPS,
+                                       follow_meta_speed, follows_meta, smooth_speed_profile, start_on_meta)
 from ddrive_ros.timeline import OUTPUT_TIMES as T
 
 
@@ -173,3 +174,62 @@ def test_named_mode_follows_only_a_plan_that_names_a_reason_to_slow_and_unknown_
 
     with pytest.raises(ValueError, match="follow_meta_speed"):
         Planner(build_random("tiny", "trajectory_only", seed=3), PlannerOptions(follow_meta_speed="yes"))
+
+
+def _pull_away(v0: float, target: float) -> np.ndarray:
+    t_reach = (target - v0) / START_ACCEL
+    ramp = np.minimum(T, t_reach)
+    return v0 * ramp + 0.5 * START_ACCEL * ramp ** 2 + target * np.maximum(T - t_reach, 0.0)
+
+
+def test_a_standing_plan_whose_meta_says_go_pulls_away_straight_on_or_along_its_own_path():
+    frozen = np.stack([np.linspace(0.0, 0.1, len(T)), np.zeros_like(T)], axis=1)  # 0.1 m in 5 s
+    out = start_on_meta(frozen, T, 0.2, "ACCELERATE", 4.0)
+    np.testing.assert_allclose(out[:, 0], _pull_away(0.2, 4.0), atol=1e-9)  # 1 m/s^2 to 4 m/s, then held
+    np.testing.assert_allclose(out[:, 1], 0.0, atol=1e-12)  # no direction of its own: straight ahead
+    creeping = np.stack([np.linspace(0.05, 2.0, len(T)), np.linspace(0.0, -1.0, len(T))], axis=1)  # 2.2 m, to the right
+    bent = start_on_meta(creeping, T, 0.2, "ACCELERATE", 4.0)
+    s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(np.vstack([[0.0, 0.0], bent]), axis=0).T))])[1:]
+    np.testing.assert_allclose(s, _pull_away(0.2, 4.0), atol=0.01)  # chords cut the corner after the first waypoint
+    heading = np.arctan2(creeping[-1, 1] - creeping[-2, 1], creeping[-1, 0] - creeping[-2, 0])
+    tail = bent[-1] - bent[-5]
+    assert abs(np.arctan2(tail[1], tail[0]) - heading) < 1e-6  # extended straight on from its last segment
+
+
+@pytest.mark.parametrize("lon, target, v0", [("KEEP", 4.0, 0.2), ("DECELERATE", 4.0, 0.2), ("ACCELERATE", 0.1, 0.2),
+                                             ("ACCELERATE", 4.0, START_STANDING_MPS)])
+def test_it_leaves_a_plan_alone_unless_the_ego_stands_and_the_meta_says_accelerate(lon, target, v0):
+    frozen = np.zeros((len(T), 2))
+    assert start_on_meta(frozen, T, v0, lon, target) is frozen
+    moving = np.stack([_pull_away(0.2, 4.0) * (START_SHORTFALL + 0.05), np.zeros_like(T)], axis=1)  # already goes
+    assert start_on_meta(moving, T, 0.2, "ACCELERATE", 4.0) is moving
+    # a pull-away under way goes on up to START_RELEASE_MPS (the planner passes it while the last plan pulled away)
+    assert start_on_meta(frozen, T, 1.5, "ACCELERATE", 4.0, standing=START_RELEASE_MPS) is not frozen
+    with pytest.raises(ValueError, match="target_speed"):
+        start_on_meta(frozen, T, 0.0, "ACCELERATE", float("inf"))
+
+
+def test_the_planner_pulls_away_only_when_asked_and_goes_on_while_the_pull_away_is_under_way():
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.observation import Observation
+    from ddrive_ros.plan import MetaBehavior, Plan
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+
+    bundle = build_random("tiny", "fast_ddrive_bins", seed=3)
+    frozen = Plan("fast_ddrive_bins", np.zeros((10, 2)), np.arange(1, 11) * 0.5, explanation="the road ahead is clear .",
+                  meta=MetaBehavior("ACCELERATE", "STRAIGHT", 4.0, "OFF"))
+    obs = Observation(images=np.zeros((2, 3, 96, 160, 3), np.uint8), past_xy=np.zeros((4, 2)), speed=1.5, accel=0.0,
+                      yaw_rate=0.0, nav_command="FOLLOW_LANE", stamp=1.0)
+    for asked in (False, True):
+        planner = Planner(bundle, PlannerOptions(draft_previous=False, start_on_meta=asked))
+        ids = planner.codec.encode(frozen).ids[None]  # the tokens of a standing plan whose meta says ACCELERATE
+        first = planner._postprocess(ids, obs)
+        assert first.meta.longitudinal == "ACCELERATE" and not first.pulled_away  # 1.5 m/s is not standing
+        assert first.trajectory[-1, 1] < 1.0
+        first.pulled_away, first.stamp = True, obs.stamp - 0.2  # as if a pull-away had started 0.2 s before
+        planner._previous = (first, ids[0])
+        going = planner._postprocess(ids, obs)
+        assert going.pulled_away == asked and (going.trajectory[-1, 1] > 10.0) == asked
+        first.stamp = obs.stamp - 2.0  # too old to go on from
+        assert not planner._postprocess(ids, obs).pulled_away

@@ -80,6 +80,9 @@ def register(sub) -> None:
                    help="re-time each trajectory to slow at least as its own meta says (DECELERATE / STOP to the "
                         "meta's target speed at 5 s): always, or only when the plan names a reason to slow ahead "
                         "(speed_smoothing.follow_meta_speed; in-process planners; default: the planner's, off)")
+    p.add_argument("--start-on-meta", action="store_true",
+                   help="pull a standing ego away when its plan's own meta says ACCELERATE and the trajectory stays "
+                        "put (speed_smoothing.start_on_meta; in-process planners; default: the planner's, off)")
     p.add_argument("--accel-clip", type=accel_clip, default=None, metavar="LO,HI",
                    help="clamp the acceleration the model reads to [LO, HI] m/s^2 (e.g. -2,1.5: its training range; "
                         "default: the planner's, none)")
@@ -289,6 +292,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
             if args.ros and args.follow_meta_speed is not None:
                 raise ValueError("--follow-meta-speed applies to in-process planners; the node takes its follow_meta_speed parameter")
+            if args.ros and args.start_on_meta:
+                raise ValueError("--start-on-meta applies to in-process planners; the node takes its start_on_meta parameter")
             if args.ros and args.accel_clip is not None:
                 raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
             if args.ros and args.no_draft_previous:
@@ -320,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
                                                          reflect="off" if oracle else reflect,
                                                          draft_previous=not args.no_draft_previous,
                                                          follow_meta_speed=args.follow_meta_speed or "off",
+                                                         start_on_meta=bool(args.start_on_meta),
                                                          **smoothing_option(args), **accel_clip_option(args),
                                                          **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
@@ -449,6 +455,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "ros": bool(args.ros), "num_threads": args.num_threads,
                       "speed_smoothing": getattr(args, "speed_smoothing", None),
                       "follow_meta_speed": getattr(args, "follow_meta_speed", None) or "off",
+                      "start_on_meta": bool(getattr(args, "start_on_meta", False)),
                       "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),

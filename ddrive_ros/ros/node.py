@@ -64,7 +64,7 @@ P_DOUBLE = Parameter.Type.DOUBLE
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
 PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "speed_smoothing",
-                      "follow_meta_speed")  # read once per plan
+                      "follow_meta_speed", "start_on_meta")  # read once per plan
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -411,9 +411,11 @@ class PlannerCore:
         opt.manoeuvre_resamples = self._p("manoeuvre_resamples")
         opt.speed_smoothing = self._p("speed_smoothing")
         opt.follow_meta_speed = self._p("follow_meta_speed")
+        opt.start_on_meta = self._p("start_on_meta")
         self.model_info["reflect"] = opt.reflect
         self.model_info["speed_smoothing"] = opt.speed_smoothing
         self.model_info["follow_meta_speed"] = opt.follow_meta_speed
+        self.model_info["start_on_meta"] = opt.start_on_meta
 
     def _on_nav(self, msg: String) -> None:
         self.received["navigation"] += 1
@@ -642,7 +644,7 @@ class PlannerCore:
             inputs = Status(0, "inputs fresh", values)
 
         values = {"reflect": self._p("reflect"), "speed_smoothing": self._p("speed_smoothing"),
-                  "follow_meta_speed": self._p("follow_meta_speed"),
+                  "follow_meta_speed": self._p("follow_meta_speed"), "start_on_meta": self._p("start_on_meta"),
                   "reflect_edited_tokens": self.reflect_edits,
                   "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])

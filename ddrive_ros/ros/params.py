@@ -94,6 +94,9 @@ PARAMETERS: dict[str, Spec] = {
                               "meta's target speed at 5 s): off, always, or named (only when the plan names a reason to "
                               "slow ahead); fewer at-fault collisions, less progress (docs/closed_loop.md)",
                               choices=("off", "always", "named")),
+    "start_on_meta": Spec(_OPT.start_on_meta, P.PARAMETER_BOOL,
+                          "pull a standing ego away when the plan's own meta says ACCELERATE and its trajectory stays "
+                          "put (speed_smoothing.start_on_meta; docs/closed_loop.md)"),
     # ---- inputs (subscriptions and buffers: read-only)
     "camera_type": Spec("raw", P.PARAMETER_STRING,
                         "raw: subscribe ~/input/camera/<cam>/image (Image); compressed: .../image/compressed",
