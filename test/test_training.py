@@ -199,6 +199,39 @@ def test_brake_sampling_draws_the_futures_that_slow_down():
         sampling_weights(nav, 0.0, slowdown=torch.zeros(4), brake_share=0.5)
 
 
+def test_start_sampling_draws_the_standing_samples_whose_future_gets_going():
+    from types import SimpleNamespace
+
+    from ddrive_ros.training.dataset import START_FULL_MPS, start_share
+    from ddrive_ros.training.trainer import sampling_weights
+
+    t = np.linspace(0.1, 5.0, 50)
+
+    def sample(x, speed):
+        return SimpleNamespace(future_times=t, future_xy=np.column_stack([x, np.zeros_like(x)]),
+                               observation=SimpleNamespace(speed=speed))
+
+    pull = 0.5 * 1.5 * t ** 2  # 1.5 m/s^2 from standstill: 7.5 m/s at 5 s
+    assert start_share(sample(pull, 0.0)) == 1.0
+    assert abs(start_share(sample(0.5 * 0.4 * t ** 2, 0.2)) - 2.0 / START_FULL_MPS) < 0.05  # 2 m/s by 5 s: half
+    assert start_share(sample(np.zeros_like(t), 0.0)) == 0.0  # waits on
+    assert start_share(sample(8.0 * t + pull, 8.0)) == 0.0  # already moving: not a start
+    with pytest.raises(ValueError, match="future_times must increase"):
+        start_share(SimpleNamespace(future_times=t[::-1], future_xy=np.zeros((50, 2)), observation=SimpleNamespace(speed=0.0)))
+
+    nav = torch.zeros(4, dtype=torch.long)
+    going = torch.tensor([0.0, 1.0, 0.0, 0.5])
+    w = sampling_weights(nav, 0.0, pull_away=going, start_share=1.0)
+    assert torch.allclose(w, torch.tensor([0.0, 2 / 3, 0.0, 1 / 3], dtype=w.dtype))
+    both = sampling_weights(nav, 0.0, slowdown=torch.tensor([1.0, 0.0, 0.0, 0.0]), brake_share=0.3, pull_away=going,
+                            start_share=0.3)
+    assert torch.allclose(both, torch.tensor([0.4, 0.3, 0.1, 0.2], dtype=both.dtype))  # 0.1 uniform each + 0.3 + 0.3
+    with pytest.raises(ValueError, match="one start value per sample"):
+        sampling_weights(nav, 0.0, start_share=0.5)
+    with pytest.raises(ValueError, match="no standing sample's future gets going"):
+        sampling_weights(nav, 0.0, pull_away=torch.zeros(4), start_share=0.5)
+
+
 def test_camera_augmentation_jitters_and_shifts_each_camera_the_same_way_in_both_frames():
     from ddrive_ros.training.augment import CameraAugment
 

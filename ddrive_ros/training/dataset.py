@@ -47,6 +47,7 @@ class TensorData:
     clipped: int = 0
     surprise: torch.Tensor | None = None  # (N,) metres: how far the future departs from constant velocity
     slowdown: torch.Tensor | None = None  # (N,) 0..1: the share of its speed the future sheds (brake_share())
+    pull_away: torch.Tensor | None = None  # (N,) 0..1: how much a standing ego's future gets going (start_share())
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -87,8 +88,10 @@ def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
     times = wf.dt * np.arange(1, wf.count + 1)
     surprise = torch.tensor([cv_surprise(s, times) for s in samples], dtype=torch.float32)
     slowdown = torch.tensor([brake_share(s) for s in samples], dtype=torch.float32)
+    pull_away = torch.tensor([start_share(s) for s in samples], dtype=torch.float32)
     return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
-                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise, slowdown)
+                      torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise, slowdown,
+                      pull_away)
 
 
 def cv_surprise(sample, times: np.ndarray) -> float:
@@ -105,13 +108,32 @@ def brake_share(sample, floor_mps: float = 1.0) -> float:
     max(present speed, floor_mps), in [0, 1]. 0 when cruising or speeding up; near 1 where the future stops
     (behind a queue, at a stop line), also from a crawl (the floor keeps a 0.3 m/s creep that stops at 1, not
     undefined). The speeds are the future's segment speeds from the origin at t = 0."""
+    v_min = float(np.min(_segment_speeds(sample)))
+    return float(np.clip(1.0 - v_min / max(float(sample.observation.speed), floor_mps), 0.0, 1.0))
+
+
+def _segment_speeds(sample) -> np.ndarray:
+    """The future's segment speeds (m/s) from the origin at t = 0."""
     t = np.concatenate([[0.0], np.asarray(sample.future_times, dtype=float)])
     xy = np.vstack([[0.0, 0.0], np.asarray(sample.future_xy, dtype=float)[:, :2]])
     dt = np.diff(t)
     if np.any(dt <= 0):
         raise ValueError(f"sample future_times must increase from t0, got {sample.future_times!r}")
-    v_min = float(np.min(np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt))
-    return float(np.clip(1.0 - v_min / max(float(sample.observation.speed), floor_mps), 0.0, 1.0))
+    return np.linalg.norm(np.diff(xy, axis=0), axis=1) / dt
+
+
+START_STANDING_MPS = 1.0  # m/s: a sample slower than this stands (start_share)
+START_FULL_MPS = 4.0  # m/s: a future that reaches this speed is a full pull-away (start_share 1)
+
+
+def start_share(sample) -> float:
+    """How much a standing ego's future gets going, in [0, 1]: 0 unless the present speed is below
+    START_STANDING_MPS; then the future's top segment speed over START_FULL_MPS, clipped. Near 1 where the ego
+    pulls away from a stop line, a queue or a light (the states where the learned planner stays put while its own
+    meta says ACCELERATE, docs/closed_loop.md), 0 where it waits on."""
+    if float(sample.observation.speed) >= START_STANDING_MPS:
+        return 0.0
+    return float(np.clip(np.max(_segment_speeds(sample)) / START_FULL_MPS, 0.0, 1.0))
 
 
 def future_at(sample, times: np.ndarray) -> np.ndarray:

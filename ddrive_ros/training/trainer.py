@@ -65,6 +65,7 @@ class TrainConfig:
     surprise: float = 0.0  # share of sampling weight proportional to a sample's constant-velocity surprise (m)
     surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
     brake: float = 0.0  # share of sampling weight proportional to the share of its speed a sample's future sheds
+    start: float = 0.0  # share of sampling weight proportional to how much a standing ego's future gets going
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
     context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
@@ -115,15 +116,18 @@ def bin_sigma_at(step: int, cfg: TrainConfig) -> float:
 
 def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor | None = None,
                      surprise_share: float = 0.0, surprise_cap: float = 8.0, slowdown: torch.Tensor | None = None,
-                     brake_share: float = 0.0) -> torch.Tensor | None:
+                     brake_share: float = 0.0, pull_away: torch.Tensor | None = None,
+                     start_share: float = 0.0) -> torch.Tensor | None:
     """Per-sample weights, a mix of four distributions: uniform (1 - the other shares), equal
     weight per navigation command (balance: turns and lane changes are about a fifth of the data and
     would otherwise be seen rarely), proportional to each sample's constant-velocity surprise in
     metres, capped at `surprise_cap` (surprise_share: curve starts, stop-sign approaches and braking
     lead vehicles, where the future is not the present motion held), and proportional to the share of
     its speed the future sheds (brake_share, `dataset.brake_share`: closing on a queue or a stop line,
-    the states where the learned planner rear-ends, bench/collision_kinds.py). None: uniform."""
-    shares = {"balance": balance, "surprise": surprise_share, "brake": brake_share}
+    the states where the learned planner rear-ends, bench/collision_kinds.py), and proportional to how much a
+    standing ego's future gets going (start_share, `dataset.start_share`: pulling away from a stop line or a queue,
+    where it stays put). None: uniform."""
+    shares = {"balance": balance, "surprise": surprise_share, "brake": brake_share, "start": start_share}
     if any(not 0 <= v <= 1 for v in shares.values()) or sum(shares.values()) > 1:
         raise ValueError(f"sampling shares {shares} must each be in [0, 1] and sum to <= 1")
     if sum(shares.values()) == 0:
@@ -139,6 +143,8 @@ def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor |
                                             "every sample follows constant velocity exactly")
     if brake_share > 0:
         w += brake_share * _proportional(slowdown, n, 1.0, "brake", "no sample's future slows down")
+    if start_share > 0:
+        w += start_share * _proportional(pull_away, n, 1.0, "start", "no standing sample's future gets going")
     return w
 
 
@@ -244,11 +250,17 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     bar = tqdm(range(start, cfg.steps), desc=f"train {cfg.schema}", disable=not progress or rank != 0, initial=start,
                total=cfg.steps)
     weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
-                               data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake)
+                               data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake,
+                               data.pull_away, cfg.start)
     if weights is not None and data.slowdown is not None:
         braking = data.slowdown > 0.5
         log.info("sampling: %d of %d samples shed over half their speed; they get %.1f%% of the draws (uniform: %.1f%%)",
                  int(braking.sum()), len(data), 100.0 * float(weights[braking].sum()), 100.0 * float(braking.float().mean()))
+    if weights is not None and data.pull_away is not None:
+        starting = data.pull_away > 0.5
+        log.info("sampling: %d of %d samples pull away from standing; they get %.1f%% of the draws (uniform: %.1f%%)",
+                 int(starting.sum()), len(data), 100.0 * float(weights[starting].sum()),
+                 100.0 * float(starting.float().mean()))
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
