@@ -125,9 +125,11 @@ def test_safety_reflection_repairs_a_plan_driving_into_a_box():
     k = 3
     box = safety.Obstacle(x=float(draft.waypoints[k, 0]) + 1.4, y=float(draft.waypoints[k, 1]), yaw=0.0,
                           length=4.5, width=2.0)
-    ctx = safety.SafetyContext(v0=5.0, obstacles=(box,), limits=safety.Limits(max_speed=100.0, max_accel=100.0,
-                                                                                  max_decel=100.0, max_jerk=1e4,
-                                                                                  max_lateral_accel=1e4))
+    # a corridor wide enough never to bind: with one the anchor search may move sideways (without, it only slows)
+    everywhere = safety.Corridor(np.array([[-1e3, 0.0], [1e3, 0.0]]), 1e3)
+    ctx = safety.SafetyContext(v0=5.0, obstacles=(box,), corridor=everywhere,
+                               limits=safety.Limits(max_speed=100.0, max_accel=100.0, max_decel=100.0, max_jerk=1e4,
+                                                    max_lateral_accel=1e4))
     before = safety.cost(safety.check(draft.waypoints, draft.waypoint_times, ctx))
     assert before > 0
     rec = _Recorder(SafetyReflect(codec, ctx, rounds=3))

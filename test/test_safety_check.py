@@ -203,6 +203,21 @@ def test_search_anchor_repairs_the_box_collision():
     assert k2 == 2 and cost(check(repair(plan, k2, xy2), T, ctx)) < cost(found)
 
 
+def test_without_a_corridor_the_anchor_only_slows_along_the_plan():
+    """No corridor: a sideways anchor cannot be checked against the road, so only slow-downs along the segment are
+    tried; with one, the grid may move the anchor sideways."""
+    plan = straight(10.0)
+    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,))
+    collision = next(v for v in check(plan, T, ctx) if v.kind == "collision")
+    k, xy = search_anchor(plan, T, ctx, collision)
+    start = plan[k - 1] if k > 0 else np.zeros(2)
+    assert abs(xy[1] - plan[k, 1]) < 1e-9 and start[0] - 1e-9 <= xy[0] < plan[k, 0]  # on the segment, short of it
+    assert "collision" not in kinds(check(repair(plan, k, xy), T, ctx))
+    wide = SafetyContext(10.0, obstacles=(BOX_AHEAD,), corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 8.0))
+    sideways = [search_anchor(plan, T, wide, next(v for v in check(plan, T, wide) if v.kind == "collision"))]
+    assert sideways[0] is not None  # the grid is searched with a corridor (its winner may move either way)
+
+
 def test_search_anchor_returns_none_for_a_safe_plan_and_is_fast():
     plan = straight(10.0)
     dummy = Violation("speed", (3,), 0.0, "")

@@ -463,6 +463,9 @@ def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyConte
         0.1, 0.3, 1 and 3 m per axis by default);
       * slow-downs: pulled back along its segment to fractions 0, 0.05, .., 0.95 of it (0 stops at
         waypoint k-1), which is what clears most collisions and short times to collision.
+    Without a drivable corridor in the context only the slow-downs are tried: a sideways move cannot be checked
+    against the road, and on validation a road-user-only check that could dodge sideways left the road in 9% more
+    episodes than it avoided collisions in (docs/reflection.md, "With the road users and no map").
     Each candidate is scored as the trajectory `repair` makes of it, by `cost(check(...))` in one
     vectorised pass; the lowest cost wins, ties going to the smallest displacement of waypoint k.
     Returns (k, new_xy) when the winner costs less than the plan as it is. 100 candidates: ~2.5 ms
@@ -479,7 +482,8 @@ def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyConte
     offsets = np.stack([gx.ravel(), gy.ravel()], axis=1)
     start = p[k - 1] if k > 0 else np.zeros(2)
     slow = start + np.linspace(0.0, 0.95, 20)[:, None] * (p[k] - start)
-    anchors = np.concatenate([p[k] + offsets[np.any(offsets != 0.0, axis=1)], slow])
+    grid = p[k] + offsets[np.any(offsets != 0.0, axis=1)] if context.corridor is not None else np.zeros((0, 2))
+    anchors = np.concatenate([grid, slow])
     anchors = np.round(anchors / step) * step
     cand = np.concatenate([p[None], _repair_batch(p, k, anchors)])  # the plan as it is first: the baseline
     costs = _batch_cost(_assess(cand, t, context, longitudinal, lateral), len(cand))
