@@ -46,7 +46,8 @@ class PlannerOptions:
     follow_meta_speed: str = "off"
     # pull a standing ego away when the plan's own meta says ACCELERATE and its trajectory stays put: re-timed along
     # its path (extended straight on) to at least a 1 m/s^2 start to the meta's target speed
-    # (speed_smoothing.start_on_meta; docs/closed_loop.md, "Pulling away when the meta says go")
+    # (speed_smoothing.start_on_meta; docs/closed_loop.md, "Pulling away when the meta says go": on 360 validation
+    # episodes PDMS -0.005, SE 0.002, so off)
     start_on_meta: bool = False
     # (lo, hi) m/s^2: the measured acceleration the model reads is clamped to this range. Training acceleration
     # lies within about [-2.0, 1.5] (the expert's 1st-99th percentile); a closed-loop controller saturates at
