@@ -267,6 +267,9 @@ def test_the_closed_loop_world_context_is_in_the_ego_frame_and_the_expert_passes
     objects = safety_context(world, k, corridor=False)
     assert objects.corridor is None and ctx.corridor is not None
     assert objects.obstacles == ctx.obstacles and objects.v0 == ctx.v0
+    boxes = safety_context(world, k, corridor=False, velocities=False)  # what the node's MarkerArray carries
+    assert boxes.corridor is None and all(b.vx == 0.0 and b.vy == 0.0 for b in boxes.obstacles)
+    assert [(b.x, b.y, b.yaw, b.length) for b in boxes.obstacles] == [(b.x, b.y, b.yaw, b.length) for b in ctx.obstacles]
     off_road = np.round(future + np.array([0.0, 12.0]), 1)  # 12 m to the left: off the carriageway
     assert "corridor" in [v.kind for v in check(off_road, T, ctx)]
     assert "corridor" not in [v.kind for v in check(off_road, T, objects)]

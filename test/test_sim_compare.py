@@ -98,7 +98,8 @@ def test_ddrive_sim_safety_perception_is_the_world_or_objects_in_process_and_the
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="ego")) == "ego"
     assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "ego"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="objects")) == "objects"
-    for chosen in ("world", "objects"):
+    assert safety_perception(argparse.Namespace(ros=False, safety_perception="boxes")) == "boxes"
+    for chosen in ("world", "objects", "boxes"):
         with pytest.raises(ValueError, match=f"--safety-perception {chosen} needs the world's true road users"):
             safety_perception(argparse.Namespace(ros=True, safety_perception=chosen))
     out = tmp_path / "ego.json"

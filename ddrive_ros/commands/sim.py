@@ -67,10 +67,11 @@ def register(sub) -> None:
     p.add_argument("--manoeuvre-resamples", type=int, default=None, metavar="N",
                    help="safety rows: trajectories resampled when the meta names a lane change or turn the plan does "
                         "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 6; 0 = off)")
-    p.add_argument("--safety-perception", choices=("world", "objects", "ego"), default=None,
+    p.add_argument("--safety-perception", choices=("world", "objects", "boxes", "ego"), default=None,
                    help="what safety rows check plans against: world = the world's true road users and corridor "
                         "(privileged, as the IDM row; the default in-process), objects = the true road users without "
-                        "the corridor (what the node has with ~/input/obstacles wired and no map), ego = the ego speed "
+                        "the corridor (an object list and no map), boxes = the same standing still (what the node gets on "
+                        "~/input/obstacles: a MarkerArray has no velocities), ego = the ego speed "
                         "only, what the node has without ~/input/obstacles (kinematic limits and the meta's manoeuvre; "
                         "the only one with --ros)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
@@ -173,7 +174,7 @@ def safety_perception(args: argparse.Namespace) -> str:
     """--safety-perception resolved: world in-process, ego over ROS (the bridge publishes no obstacles)."""
     chosen = getattr(args, "safety_perception", None)
     if getattr(args, "ros", False):
-        if chosen in ("world", "objects"):
+        if chosen in ("world", "objects", "boxes"):
             raise ValueError(f"--safety-perception {chosen} needs the world's true road users: drive it in-process "
                              "(the node gets no obstacles over the bridge)")
         return "ego"
@@ -330,10 +331,11 @@ def run(args: argparse.Namespace) -> int:
                                                          **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
                 context_of = None  # the planner then checks against the ego speed only
-                if reflect in ("safety", "both") and safety_perception(args) in ("world", "objects"):
+                if reflect in ("safety", "both") and safety_perception(args) in ("world", "objects", "boxes"):
                     from ddrive_ros.sim.safety_context import safety_context
 
-                    context_of = partial(safety_context, corridor=safety_perception(args) == "world")
+                    seen = safety_perception(args)
+                    context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes")
                 driver_class = BestOfNDriver if oracle else ModelDriver
                 driver = driver_class(planner, planner.restart_sampling, context_of)
                 factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)

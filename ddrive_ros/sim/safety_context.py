@@ -12,8 +12,9 @@ The corridor is where the ego may legally drive over the plan horizon:
 It runs from CORRIDOR_BEHIND_M behind the ego to CORRIDOR_AHEAD_M ahead (past anything a 5 s plan at
 20 m/s reaches), resampled every CORRIDOR_STEP_M.
 
-`corridor=False` leaves the corridor out: the road users only, what the node has on a car whose perception
-publishes an object list on ~/input/obstacles and no map (`ddrive sim --safety-perception objects`).
+`corridor=False` leaves the corridor out: the road users only, what a planner has from an object list and no map
+(`ddrive sim --safety-perception objects`). `velocities=False` also drops their velocities: static boxes, what the
+node gets on ~/input/obstacles, a MarkerArray with no velocity field (`--safety-perception boxes`).
 """
 from __future__ import annotations
 
@@ -47,9 +48,10 @@ def _corridor_world(world: ClosedLoopWorld, k: int) -> tuple[np.ndarray, float]:
 
 
 def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limits | None = None,
-                   corridor: bool = True) -> SafetyContext:
+                   corridor: bool = True, velocities: bool = True) -> SafetyContext:
     """The context of a plan made at `step` (default: the world's current step), in that step's ego frame;
-    without the drivable corridor when `corridor` is False."""
+    without the drivable corridor when `corridor` is False, the road users standing still when `velocities` is
+    False."""
     k = world.k if step is None else int(step)
     if not 0 <= k <= world.k:
         raise ValueError(f"step {k} is not recorded yet (the world is at step {world.k})")
@@ -58,7 +60,7 @@ def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limi
     if world.n_agents:
         xy = world_to_ego(world.agent_xy[:, k], ego_xy, ego_yaw)
         yaw = np.asarray(wrap_angle(world.agent_yaw[:, k] - ego_yaw), dtype=float)
-        v = world.agent_v[:, k]
+        v = world.agent_v[:, k] if velocities else np.zeros(world.n_agents)
         size = world.agent_size[:, :2]
         obstacles = tuple(Obstacle(float(p[0]), float(p[1]), float(h), float(sz[0]), float(sz[1]),
                                    float(s * np.cos(h)), float(s * np.sin(h)))
