@@ -159,19 +159,23 @@ class _NamesALeftChange:
         return self.inner(backend, layout, out, start, strategy, stats)
 
 
-@pytest.mark.parametrize("resamples", [0, 6])
-def test_safety_reflection_resamples_a_lane_change_the_plan_does_not_make(resamples):
+@pytest.mark.parametrize("resamples, lanes", [(0, True), (6, True), (6, False)])
+def test_safety_reflection_resamples_a_lane_change_the_plan_does_not_make(resamples, lanes):
     """Only the trajectory is resampled, the meta stays, a sample is kept only where it scores better, and
-    resamples=0 (the default) neither checks the manoeuvre rule nor touches the plan."""
+    resamples=0 (the default) neither checks the manoeuvre rule nor touches the plan; nor does a context without a
+    corridor (the rule cannot tell a lane change under way without the lanes), and the stats say why."""
     planner = _random_planner("fast_ddrive_bins", decoder="speculative")
     layout, codec = planner.layout, planner.codec
     # random weights sample wild trajectories: only the meta rules are to count here
     lax = safety.Limits(max_speed=1e6, max_accel=1e6, max_decel=1e6, max_jerk=1e9, max_lateral_accel=1e9)
-    ctx = safety.SafetyContext(v0=6.0, limits=lax)
+    road = safety.Corridor(np.array([[-1e3, 0.0], [1e3, 0.0]]), 1e3) if lanes else None  # never binds
+    ctx = safety.SafetyContext(v0=6.0, corridor=road, limits=lax)
     rec = _NamesALeftChange(codec, SafetyReflect(codec, ctx, rounds=3, resamples=resamples))
     fixed, stats = decode(planner.backend, layout, _prompt(planner, 4), planner.strategy, reflect=rec)
+    assert stats.reflect["resampling_skipped_no_corridor"] == (resamples > 0 and not lanes)
+    resamples = resamples if lanes else 0
 
-    judge = safety.SafetyContext(v0=6.0, limits=replace(lax, **safety.MANOEUVRE_LIMITS))
+    judge = safety.SafetyContext(v0=6.0, corridor=road, limits=replace(lax, **safety.MANOEUVRE_LIMITS))
 
     def score(ids):
         plan = codec.decode(ids[0].numpy())

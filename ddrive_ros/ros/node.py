@@ -391,9 +391,10 @@ class PlannerCore:
             self._warned_no_obstacles = True
             self.get_logger().warn(
                 f"reflect={self.planner.options.reflect} and nothing received on ~/input/obstacles yet: the safety check "
-                "sees only the ego's kinematics and the plan's meta, and manoeuvre resampling then changes lanes blind: "
-                "in the closed loop that drove worse than reflect off (docs/reflection.md, 'Safety reflection without "
-                "perception'); wire the obstacles, or set manoeuvre_resamples 0 or reflect off")
+                "sees only the ego's kinematics and the plan's meta, which in the closed loop gained nothing over "
+                "reflect off (docs/reflection.md, 'Safety reflection without perception'); wire the obstacles (with them "
+                "it removed most at-fault collisions: 'With the road users and no map'), or set reflect off. The node has "
+                "no map, so manoeuvre resampling is skipped and repairs only slow along the plan")
         if got is not None:
             stamp, raw = got
             if abs(obs.stamp - stamp) <= self._p("max_input_age_s"):

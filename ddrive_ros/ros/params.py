@@ -84,7 +84,7 @@ PARAMETERS: dict[str, Spec] = {
     "safety_rounds": Spec(_OPT.safety_rounds, P.PARAMETER_INTEGER, "anchor search + inpainting rounds", range=(1, 10)),
     "manoeuvre_resamples": Spec(_OPT.manoeuvre_resamples, P.PARAMETER_INTEGER,
                              "safety: trajectories sampled when the meta names a lane change or turn the plan does not make; "
-                             "0 = never", range=(0, 16)),
+                             "0 = never; needs a drivable corridor, which the node has not: skipped there", range=(0, 16)),
     # ---- trajectory shaping (the next plan uses it)
     "speed_smoothing": Spec(_OPT.speed_smoothing, P.PARAMETER_DOUBLE,
                             "jerk penalty of the speed profile re-timed along the decoded path (speed_smoothing.py); "
