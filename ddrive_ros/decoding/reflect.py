@@ -96,8 +96,8 @@ class SafetyReflect:
     def __post_init__(self) -> None:
         lim = self.context.limits
         # without the road's lanes the manoeuvre rule cannot tell a lane change already under way, and resampling
-        # pushes it further: on 180 validation episodes with the road users as static boxes (the node's case) it cost
-        # PDMS -0.026 (SE 0.011) against no resampling (docs/reflection.md, "With the road users and no map"). So the
+        # pushes it further: on 360 validation episodes with the road users as static boxes (the node's case) it cost
+        # PDMS -0.014 (SE 0.007) against no resampling, and 4 more drives off the road (docs/reflection.md, "With the road users and no map"). So the
         # rule and its resampling need a corridor; the stats say when they were skipped for want of one.
         self.skipped_resamples = self.resamples if self.context.corridor is None else 0
         if self.skipped_resamples:
