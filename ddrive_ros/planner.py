@@ -166,12 +166,11 @@ class Planner:
         xy = curves.mean(0)
         if self.options.speed_smoothing > 0:
             xy = smooth_speed_profile(xy, OUTPUT_TIMES, obs.speed, obs.accel, self.options.speed_smoothing)
-        if (plan.meta is not None and follows_meta(self.options.follow_meta_speed, plan.critical_objects)
-                and all(plan.validity.get(f"future_meta_behavior.{k}", True)  # a garbled meta is not followed
-                        for k in ("longitudinal", "target_speed"))):
+        meta_ok = plan.meta is not None and all(plan.validity.get(f"future_meta_behavior.{k}", True)
+                                                for k in ("longitudinal", "target_speed"))  # a garbled meta is not followed
+        if meta_ok and follows_meta(self.options.follow_meta_speed, plan.critical_objects):
             xy = follow_meta_speed(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed)
-        if (self.options.start_on_meta and plan.meta is not None
-                and all(plan.validity.get(f"future_meta_behavior.{k}", True) for k in ("longitudinal", "target_speed"))):
+        if meta_ok and self.options.start_on_meta:
             before = self._previous[0] if self._previous is not None else None
             under_way = (before is not None and before.pulled_away
                          and 0.0 < obs.stamp - before.stamp <= PULL_AWAY_MAX_GAP_S)

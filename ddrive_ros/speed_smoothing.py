@@ -65,9 +65,7 @@ def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, 
         raise ValueError("smooth_speed_profile: times must be positive and strictly increasing")
     if weight == 0 or not np.all(np.isfinite(xy)):
         return xy
-    path = np.concatenate([np.zeros((1, 2)), xy])
-    seg = np.hypot(*np.diff(path, axis=0).T)
-    s_path = np.concatenate([[0.0], np.cumsum(seg)])
+    path, seg, s_path = _arc(xy)
     total = float(s_path[-1])
     if total < 1e-6:
         return xy  # standing still: nothing to re-time
@@ -82,6 +80,13 @@ def smooth_speed_profile(xy: ArrayLike, times: ArrayLike, v0: float, a0: float, 
     # both bounds are non-decreasing in time, so the result is too
     s_new = np.minimum(np.clip(np.maximum.accumulate(free + basis @ jerk), 0.0, total), s_path[1:] + lead_m)
     return _along(path, seg, s_path, s_new)
+
+
+def _arc(xy: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plan's polyline from the origin ((K+1, 2)), its segment lengths (K,) and arc length at each vertex (K+1,)."""
+    path = np.concatenate([np.zeros((1, 2)), xy])
+    seg = np.hypot(*np.diff(path, axis=0).T)
+    return path, seg, np.concatenate([[0.0], np.cumsum(seg)])
 
 
 def _along(path: np.ndarray, seg: np.ndarray, s_path: np.ndarray, s_new: np.ndarray) -> np.ndarray:
@@ -124,9 +129,7 @@ def follow_meta_speed(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: 
     horizon = float(times[-1])
     accel = (float(target_speed) - v0) / horizon
     cap = v0 * times + 0.5 * accel * times ** 2  # non-decreasing: the speed stays >= target_speed >= 0
-    path = np.concatenate([np.zeros((1, 2)), xy])
-    seg = np.hypot(*np.diff(path, axis=0).T)
-    s_path = np.concatenate([[0.0], np.cumsum(seg)])
+    path, seg, s_path = _arc(xy)
     if np.all(s_path[1:] <= cap):
         return xy
     return _along(path, seg, s_path, np.minimum(s_path[1:], cap))  # both non-decreasing, so the result is too
@@ -152,9 +155,8 @@ def start_on_meta(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: str,
     segment when too short (straight ahead, heading 0, when the whole plan is shorter than START_MIN_DIRECTION_M).
     Only the plan's own outputs and the ego speed are read (no perception): this makes the trajectory agree with
     the decision the same plan states, the mirror image of `follow_meta_speed`."""
+    xy = np.asarray(xy, dtype=float)  # a float array comes back as itself: the caller's identity test holds
     times = np.asarray(times, dtype=float)
-    if not isinstance(xy, np.ndarray) or xy.dtype != float:
-        xy = np.asarray(xy, dtype=float)
     if xy.ndim != 2 or xy.shape[1] != 2 or xy.shape[0] != times.shape[0]:
         raise ValueError(f"start_on_meta: xy must be (K, 2) with one row per time, got {xy.shape} and {times.shape}")
     if not np.isfinite(target_speed) or target_speed < 0:
@@ -167,9 +169,7 @@ def start_on_meta(xy: ArrayLike, times: ArrayLike, v0: float, longitudinal: str,
     t_reach = (float(target_speed) - v0) / accel
     ramp = np.minimum(times, t_reach)
     go = v0 * ramp + 0.5 * accel * ramp ** 2 + float(target_speed) * np.maximum(times - t_reach, 0.0)
-    path = np.concatenate([np.zeros((1, 2)), xy])
-    seg = np.hypot(*np.diff(path, axis=0).T)
-    s_path = np.concatenate([[0.0], np.cumsum(seg)])
+    path, seg, s_path = _arc(xy)
     s_plan = s_path[1:]  # how far along its path the trajectory is at each stamp
     if s_path[-1] >= START_SHORTFALL * go[-1]:
         return xy

@@ -331,10 +331,10 @@ def run(args: argparse.Namespace) -> int:
                                                          **manoeuvre_option(args), **logit_bias_option(args)))
                 warm_up(planner)
                 context_of = None  # the planner then checks against the ego speed only
-                if reflect in ("safety", "both") and safety_perception(args) in ("world", "objects", "boxes"):
+                seen = safety_perception(args)
+                if reflect in ("safety", "both") and seen in ("world", "objects", "boxes"):
                     from ddrive_ros.sim.safety_context import safety_context
 
-                    seen = safety_perception(args)
                     context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes")
                 driver_class = BestOfNDriver if oracle else ModelDriver
                 driver = driver_class(planner, planner.restart_sampling, context_of)

@@ -97,10 +97,11 @@ class SafetyReflect:
         lim = self.context.limits
         # without the road's lanes the manoeuvre rule cannot tell a lane change already under way, and resampling
         # pushes it further: on 360 validation episodes with the road users as static boxes (the node's case) it cost
-        # PDMS -0.014 (SE 0.007) against no resampling, and 4 more drives off the road (docs/reflection.md, "With the road users and no map"). So the
-        # rule and its resampling need a corridor; the stats say when they were skipped for want of one.
-        self.skipped_resamples = self.resamples if self.context.corridor is None else 0
-        if self.skipped_resamples:
+        # PDMS -0.014 (SE 0.007) against no resampling, and 4 more drives off the road (docs/reflection.md, "With the
+        # road users and no map"). So the rule and its resampling need a corridor; the stats say when they were
+        # skipped for want of one.
+        self.resampling_skipped = self.resamples > 0 and self.context.corridor is None
+        if self.resampling_skipped:
             self.resamples = 0
         if self.resamples > 0 and lim.change_min_m is None and lim.turn_min_deg is None:
             # resampling is for the manoeuvre rule: check it (the context's own thresholds win where it has them)
@@ -167,7 +168,7 @@ class SafetyReflect:
         stats.reflect.update(
             violations_before=first, violations_after=[sorted({v.kind for v in vs}) for _, vs, _ in after],
             safe=all(c <= 0 for _, _, c in after), safety_rounds=rounds, resampled_rows=resampled,
-            resampling_skipped_no_corridor=bool(self.skipped_resamples),
+            resampling_skipped_no_corridor=self.resampling_skipped,
             forwards=stats.reflect.get("forwards", 0) + stats.forwards - forwards0,
             violations=[[{"kind": v.kind, "waypoints": list(v.waypoints), "severity": round(float(v.severity), 3),
                           "message": v.message} for v in vs] for _, vs, _ in after])
