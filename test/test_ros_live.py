@@ -95,16 +95,10 @@ def test_parameters_take_effect_or_are_refused_with_a_reason(live):
 
 
 def _boxes(listener: Listener, frame_id: str, xy: tuple[float, float]):
-    from visualization_msgs.msg import Marker, MarkerArray
+    from ddrive_ros.ros import convert
 
-    m = Marker()
-    m.header.frame_id = frame_id
-    m.header.stamp = listener.node.get_clock().now().to_msg()
-    m.type, m.action = Marker.CUBE, Marker.ADD
-    m.pose.position.x, m.pose.position.y = xy
-    m.pose.orientation.w = 1.0
-    m.scale.x, m.scale.y, m.scale.z = 4.5, 2.0, 1.5
-    return MarkerArray(markers=[m])
+    return convert.obstacles_to_markers([(*xy, 0.0, 4.5, 2.0)], listener.node.get_clock().now().nanoseconds * 1e-9,
+                                        frame_id)
 
 
 def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(live):
@@ -129,6 +123,7 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     plan = got[-1]
     reflect = plan["stats"]["reflect"]
     assert reflect["modes"] == ["autoedit", "safety"] and "safe" in reflect and "violations_after" in reflect
+    assert reflect["obstacles"] == 1 and reflect["obstacles_age_ms"] is not None  # the base_link box, fresh
     assert len(plan["draft_waypoints"]) == len(plan["waypoints"])
     planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
                                           if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]

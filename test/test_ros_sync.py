@@ -243,6 +243,21 @@ def test_odometry_conversion_and_nan():
     assert e.value.reason == "nan_odometry"
 
 
+def test_obstacle_boxes_round_trip_through_a_marker_array_and_other_frames_are_refused():
+    """What `ddrive sim --ros` (or a perception stack) publishes is what the node reads back: a DELETEALL,
+    then one CUBE per box; a box in another frame makes the message invalid, with its drop reason."""
+    boxes = [(12.0, -3.5, 0.25, 4.5, 1.9), (-6.0, 3.5, -3.0, 0.8, 0.8)]
+    msg = convert.obstacles_to_markers(boxes, 1003.25, "base_link")
+    assert int(msg.markers[0].action) == 3 and len(msg.markers) == 3  # DELETEALL first
+    stamp, back = convert.markers_to_obstacles(msg, "base_link")
+    assert stamp == pytest.approx(1003.25)
+    assert np.allclose(np.array(back), np.array(boxes), atol=1e-12)
+    assert convert.markers_to_obstacles(convert.obstacles_to_markers([], 5.0, "base_link"), "base_link") == (0.0, [])
+    with pytest.raises(convert.InvalidMessage) as e:
+        convert.markers_to_obstacles(convert.obstacles_to_markers(boxes, 5.0, "map"), "base_link")
+    assert e.value.reason == "obstacles_frame"
+
+
 def test_path_stamps_are_input_stamp_plus_time_from_start():
     traj = np.stack([np.arange(1, 21) * 0.25, np.arange(1, 21) * 2.0, np.zeros(20), np.zeros(20), np.full(20, 8.0)], 1)
     path = convert.trajectory_to_path(traj, 100.1, "base_link")

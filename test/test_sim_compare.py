@@ -88,7 +88,7 @@ def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
         manoeuvre_option(argparse.Namespace(manoeuvre_resamples=-1))
 
 
-def test_ddrive_sim_safety_perception_is_the_world_or_objects_in_process_and_the_ego_only_over_ros(tmp_path):
+def test_ddrive_sim_safety_perception_is_the_world_in_process_and_boxes_or_the_ego_over_ros(tmp_path):
     import argparse
 
     from ddrive_ros.cli import main
@@ -96,11 +96,12 @@ def test_ddrive_sim_safety_perception_is_the_world_or_objects_in_process_and_the
 
     assert safety_perception(argparse.Namespace(ros=False, safety_perception=None)) == "world"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="ego")) == "ego"
-    assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "ego"
+    assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "boxes"  # bridged to the node
+    assert safety_perception(argparse.Namespace(ros=True, safety_perception="ego")) == "ego"  # none published
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="objects")) == "objects"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="boxes")) == "boxes"
-    for chosen in ("world", "objects", "boxes"):
-        with pytest.raises(ValueError, match=f"--safety-perception {chosen} needs the world's true road users"):
+    for chosen in ("world", "objects"):  # velocities and a map: the node's MarkerArray input carries neither
+        with pytest.raises(ValueError, match=f"--safety-perception {chosen} cannot reach the node"):
             safety_perception(argparse.Namespace(ros=True, safety_perception=chosen))
     out = tmp_path / "ego.json"
     assert main(["sim", "--checkpoint", "trajectory_only_tiny", "--episodes", "1", "--seed", "5", "--duration", "4",

@@ -71,9 +71,9 @@ def register(sub) -> None:
                    help="what safety rows check plans against: world = the world's true road users and corridor "
                         "(privileged, as the IDM row; the default in-process), objects = the true road users without "
                         "the corridor (an object list and no map), boxes = the same standing still (what the node gets on "
-                        "~/input/obstacles: a MarkerArray has no velocities), ego = the ego speed "
-                        "only, what the node has without ~/input/obstacles (kinematic limits and the meta's manoeuvre; "
-                        "the only one with --ros)")
+                        "~/input/obstacles: a MarkerArray has no velocities; the default with --ros, where the bridge "
+                        "publishes them to the node), ego = the ego speed only, what the node has without "
+                        "~/input/obstacles (kinematic limits and the meta's manoeuvre)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -171,13 +171,15 @@ def smoothing_option(args: argparse.Namespace) -> dict:
 
 
 def safety_perception(args: argparse.Namespace) -> str:
-    """--safety-perception resolved: world in-process, ego over ROS (the bridge publishes no obstacles)."""
+    """--safety-perception resolved: world in-process; over ROS boxes (the bridge publishes the road users on the
+    node's ~/input/obstacles) or ego (it publishes none)."""
     chosen = getattr(args, "safety_perception", None)
     if getattr(args, "ros", False):
-        if chosen in ("world", "objects", "boxes"):
-            raise ValueError(f"--safety-perception {chosen} needs the world's true road users: drive it in-process "
-                             "(the node gets no obstacles over the bridge)")
-        return "ego"
+        if chosen in ("world", "objects"):
+            raise ValueError(f"--safety-perception {chosen} cannot reach the node: its ~/input/obstacles is a "
+                             "MarkerArray (boxes, no velocities) and it has no map; use boxes or ego with --ros, or "
+                             "drive it in-process")
+        return chosen or "boxes"
     return chosen or "world"
 
 
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
         factories["constant velocity"] = lambda w: ConstantVelocityDriver()
     if "idm planner" in methods:
         factories["idm planner"] = lambda w: IdmPlannerDriver(w)
-    bridges = []
+    bridges: dict = {}  # method -> NodeBridge
     learned = {m: spec for m, spec in methods.items() if spec is not None}
     if learned:
         from ddrive_ros import checkpoint as ckpt
@@ -287,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
             torch.set_num_threads(args.num_threads)
         # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
         node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
-        safety_perception(args)  # refuses --safety-perception world with --ros before anything starts
+        safety_perception(args)  # refuses --safety-perception world|objects with --ros before anything starts
         for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
             if args.ros and args.speed_smoothing is not None:
                 raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
@@ -304,9 +306,6 @@ def run(args: argparse.Namespace) -> int:
                                  "manoeuvre_resamples parameter")
             if args.ros and reflect == "oracle":
                 raise ValueError("the oracle row needs the world's true road users: drive it in-process")
-            if args.ros and reflect in ("safety", "both"):
-                raise ValueError("--ros drives the node, whose obstacles input is not bridged from the world yet: "
-                                 "use --reflect off or autoedit with --ros, or drive safety in-process")
             if args.ros:
                 from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
 
@@ -316,8 +315,13 @@ def run(args: argparse.Namespace) -> int:
                     tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
                     domain_id=None if args.domain_id is None else args.domain_id + i,
                     log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
-                bridges.append(bridge)
-                factories[name] = (lambda b: (lambda w: b))(bridge)
+                bridges[name] = bridge
+                if safety_perception(args) == "boxes":  # the world's road users on the node's ~/input/obstacles
+                    from ddrive_ros.sim.safety_context import ego_boxes
+
+                    factories[name] = (lambda b: (lambda w: b.bind(partial(ego_boxes, w))))(bridge)
+                else:
+                    factories[name] = (lambda b: (lambda w: b.bind(None)))(bridge)
             else:
                 oracle = reflect == "oracle"
                 knobs = ({"tree": args.tree_rows, "tree_depth": args.tree_depth}
@@ -364,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         results = run_methods(factories, seeds, opts, on_episode, progress=not args.no_progress)
     finally:
-        for b in bridges:
+        for b in bridges.values():
             b.close()
     wall = time.perf_counter() - t0
     rows = [r.row() for r in results]
@@ -387,9 +391,14 @@ def run(args: argparse.Namespace) -> int:
         videos.append(str(write_summary(video_dir, rows)))
         videos.append(str(write_situations(situations, video_dir / "pdms_by_situation.png")))
         print("pictures: " + ", ".join(videos))
+    seen = {name: dict(b.obstacle_plans) for name, b in bridges.items() if sum(b.obstacle_plans.values())}
+    for name, counts in seen.items():
+        print(f"  {name:<18} node plans checked against this frame's boxes {counts['same_frame']}, an older set "
+              f"{counts['older']}, none {counts['none']}")
     if args.json:
         write_json(args, rows, [x for r in results for x in r.runs],
-                   {"partial": False, "wall_s": round(wall, 1), "sim_s": sim_s, "world_s": world_s, "planner_s": planner_s})
+                   {"partial": False, "wall_s": round(wall, 1), "sim_s": sim_s, "world_s": world_s, "planner_s": planner_s,
+                    **({"node_obstacle_plans": seen} if seen else {})})
     return 0
 
 

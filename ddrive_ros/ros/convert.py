@@ -90,6 +90,30 @@ def markers_to_obstacles(msg: Any, ego_frame_id: str) -> tuple[float, list[tuple
     return stamp, boxes
 
 
+def obstacles_to_markers(boxes: list[tuple[float, ...]] | tuple, stamp: float, frame_id: str,
+                         height: float = 1.5, ns: str = "obstacles"):
+    """(x, y, yaw, length, width) boxes in `frame_id` -> visualization_msgs/MarkerArray: a DELETEALL
+    first (RViz forgets the previous set), then one CUBE per box, all stamped `stamp`; the inverse of
+    markers_to_obstacles, what a perception stack (or `ddrive sim --ros`) publishes on ~/input/obstacles."""
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    clear = Marker()
+    clear.header.frame_id, clear.header.stamp = frame_id, to_stamp(stamp)
+    clear.ns, clear.action = ns, Marker.DELETEALL
+    markers = [clear]
+    for i, (x, y, yaw, length, width) in enumerate(boxes):
+        m = Marker()
+        m.header.frame_id, m.header.stamp = frame_id, to_stamp(stamp)
+        m.ns, m.id, m.type, m.action = ns, i, Marker.CUBE, Marker.ADD
+        m.pose.position.x, m.pose.position.y, m.pose.position.z = float(x), float(y), height / 2
+        o = m.pose.orientation
+        o.x, o.y, o.z, o.w = yaw_to_quaternion(float(yaw))
+        m.scale.x, m.scale.y, m.scale.z = float(length), float(width), float(height)
+        m.color.r, m.color.g, m.color.b, m.color.a = 1.0, 0.55, 0.0, 0.6
+        markers.append(m)
+    return MarkerArray(markers=markers)
+
+
 # ------------------------------------------------------------------ odometry
 def odometry_to_state(msg: Any) -> tuple[float, float, float, float, float, float]:
     """nav_msgs/Odometry -> (t, x, y, yaw, v, yaw_rate); twist is in the body frame (child_frame_id)."""

@@ -379,14 +379,17 @@ class PlannerCore:
         with self._lock:
             self.obstacles = (stamp, boxes)
 
-    def _safety_context(self, obs: Observation) -> SafetyContext | None:
+    def _safety_context(self, obs: Observation) -> tuple[SafetyContext | None, dict[str, Any]]:
         """The reflection's context: the ego speed, and the obstacles when they are fresh (no older
-        than max_input_age_s against the observation); stale obstacles are left out and counted."""
+        than max_input_age_s against the observation); stale obstacles are left out and counted.
+        Also what the plan's stats.reflect reports of them: how many boxes the check held and their
+        age against the observation (None when none were used)."""
         if self.planner.options.reflect not in ("safety", "both"):
-            return None
+            return None, {}
         with self._lock:
             got = self.obstacles
         boxes = ()
+        age_ms = None
         if got is None and not self._warned_no_obstacles:
             self._warned_no_obstacles = True
             self.get_logger().warn(
@@ -399,9 +402,10 @@ class PlannerCore:
             stamp, raw = got
             if abs(obs.stamp - stamp) <= self._p("max_input_age_s"):
                 boxes = tuple(Obstacle(x, y, yaw, length, width) for x, y, yaw, length, width in raw)
+                age_ms = round((obs.stamp - stamp) * 1e3, 3)
             else:
                 self.stale_obstacles += 1
-        return SafetyContext(v0=float(obs.speed), obstacles=boxes)
+        return SafetyContext(v0=float(obs.speed), obstacles=boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms}
 
     def _apply_plan_option_params(self) -> None:
         opt = self.planner.options
@@ -520,7 +524,8 @@ class PlannerCore:
 
     def _plan_and_publish(self, obs: Observation, handed: float, started: float) -> bool:
         t0 = time.perf_counter()
-        plan = self.planner.plan(obs, self._safety_context(obs))
+        context, seen = self._safety_context(obs)
+        plan = self.planner.plan(obs, context)
         t1 = time.perf_counter()
         if time.monotonic() - started > self.watchdog.timeout_s:
             # the watchdog already sent the fallback for this plan: its input is too old to publish
@@ -533,6 +538,8 @@ class PlannerCore:
         traj = plan.trajectory
         doc = plan.to_json_dict()
         reflect = plan.stats.reflect if plan.stats else {}
+        if seen and "stats" in doc:
+            doc["stats"].setdefault("reflect", {}).update(seen)
         if reflect:
             self.last_reflect = reflect
             self.reflect_edits += int(reflect.get("edited_tokens", 0))

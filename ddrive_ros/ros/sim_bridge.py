@@ -5,8 +5,12 @@ It has the simulator's `Driver` methods (begin_episode / observe / plan, see
 ddrive_ros/sim/drivers.py) over plain numpy values, so the simulator calls it without knowing about
 ROS and this package never imports the simulator; `ddrive sim --ros` wires the two together.
 
-Per simulation step (`observe`): /odom (odom -> base_link, body-frame twist) and the navigation
-command, the three cameras (sensor_msgs/Image rgb8) on camera steps, then /clock. Lockstep: after
+Per simulation step (`observe`): on camera steps the road users as boxes in base_link (the node's
+~/input/obstacles, a MarkerArray; when the simulator bound a box source with `bind`), first so they are
+in before the frame that triggers the plan; /odom (odom -> base_link, body-frame twist) and the
+navigation command, the three cameras (sensor_msgs/Image rgb8) on camera steps, then /clock. Every
+plan reports the age of the boxes its safety check held (stats.reflect.obstacles_age_ms); the bridge
+counts the plans that checked against their own frame's boxes, an older set, or none. Lockstep: after
 a camera frame the bridge waits until the node has published a plan for it (the node plans every
 new front frame it can build an observation for), so the node is never busy when the next frame
 comes and no frame's plan is lost to a skipped tick. The node's timer runs at 1 kHz of sim time,
@@ -26,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -61,7 +65,7 @@ class NodeBridgeOptions:
     start_timeout_s: float = 180.0  # model load + warm-up + discovery, on a loaded 2-core machine
     plan_timeout_s: float = 60.0  # one plan, wall seconds
     num_threads: int = 1  # torch threads inside the node
-    reflect: str = "off"  # the node's reflect parameter (safety gets no obstacles over this bridge)
+    reflect: str = "off"  # the node's reflect parameter (safety: checked against the boxes bound with `bind`)
     tree_rows: int = 1  # the node's tree_rows parameter (decoder speculative)
     tree_depth: int = 1  # the node's tree_depth parameter
     logit_bias: str = "checkpoint"  # the node's logit_bias parameter
@@ -74,6 +78,7 @@ class NodeBridge:
         from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import Image
         from std_msgs.msg import String
+        from visualization_msgs.msg import MarkerArray
 
         self.opts = opts
         self.domain = check_domain_id(opts.domain_id, "domain_id") if opts.domain_id is not None else domain_id_from_env()
@@ -94,6 +99,10 @@ class NodeBridge:
         self.pub_odom = self.node.create_publisher(Odometry, T.TOPIC_ODOM, reliable)
         self.pub_nav = self.node.create_publisher(String, T.TOPIC_NAV, reliable)
         self.pub_clock = self.node.create_publisher(Clock, "/clock", reliable)
+        self.pub_obstacles = self.node.create_publisher(MarkerArray, T.TOPIC_OBSTACLES, reliable)
+        self._boxes_of: Callable[[], Sequence[tuple[float, ...]]] | None = None
+        # plans by what their safety check held: this frame's boxes, an older set, none (reflect safety|both only)
+        self.obstacle_plans = {"same_frame": 0, "older": 0, "none": 0}
         self._cv = threading.Condition()
         self._plans: dict[int, dict] = {}  # input stamp (ns) -> plan JSON
         self.node.create_subscription(String, self.plan_topic, self._on_plan, reliable)
@@ -117,7 +126,11 @@ class NodeBridge:
         doc = json.loads(msg.data)
         if doc.get("fallback"):
             return
+        seen = doc.get("stats", {}).get("reflect", {})
         with self._cv:
+            if "obstacles_age_ms" in seen:
+                age = seen["obstacles_age_ms"]
+                self.obstacle_plans["none" if age is None else "same_frame" if abs(age) < 0.5 else "older"] += 1
             self._plans[_ns(float(doc["input_stamp"]))] = doc
             self._cv.notify_all()
 
@@ -187,6 +200,12 @@ class NodeBridge:
             return self._plans.pop(key)
 
     # ------------------------------------------------------------------ the Driver methods
+    def bind(self, boxes_of: Callable[[], Sequence[tuple[float, ...]]] | None) -> "NodeBridge":
+        """The episode's road users: `boxes_of()` gives (x, y, yaw, length, width) boxes in the ego frame
+        at the step being observed (the run's driver factory calls this per episode); None publishes none."""
+        self._boxes_of = boxes_of
+        return self
+
     def begin_episode(self, seed: int) -> None:
         self.offset = max(self.offset + EPISODE_GAP_S, self.clock_now + EPISODE_GAP_S)
         with self._cv:
@@ -197,6 +216,8 @@ class NodeBridge:
     def observe(self, state: np.ndarray, nav_command: str, images: Callable[[], np.ndarray] | None) -> None:
         t_rel, x, y, yaw, v, w = (float(s) for s in state)
         t = t_rel + self.offset
+        if images is not None and self._boxes_of is not None:
+            self.pub_obstacles.publish(convert.obstacles_to_markers(self._boxes_of(), t, "base_link"))
         self.pub_odom.publish(self._odometry(t, x, y, yaw, v, w))
         self.pub_nav.publish(self._msgs["String"](data=nav_command))
         if images is not None:
@@ -224,7 +245,8 @@ class NodeBridge:
             self._spun.close()
         finally:
             code = self.node_proc.stop()
-            log.info("planner node exited with %s (clock nudges: %d)", code, self.nudges)
+            log.info("planner node exited with %s (clock nudges: %d; plans checked against this frame's / older / "
+                     "no boxes: %s)", code, self.nudges, "/".join(str(v) for v in self.obstacle_plans.values()))
 
 
 def _ns(t: float) -> int:

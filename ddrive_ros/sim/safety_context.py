@@ -14,7 +14,8 @@ It runs from CORRIDOR_BEHIND_M behind the ego to CORRIDOR_AHEAD_M ahead (past an
 
 `corridor=False` leaves the corridor out: the road users only, what a planner has from an object list and no map
 (`ddrive sim --safety-perception objects`). `velocities=False` also drops their velocities: static boxes, what the
-node gets on ~/input/obstacles, a MarkerArray with no velocity field (`--safety-perception boxes`).
+node gets on ~/input/obstacles, a MarkerArray with no velocity field (`--safety-perception boxes`); `ego_boxes`
+gives those boxes as plain tuples, what `ddrive sim --ros` publishes to the node.
 """
 from __future__ import annotations
 
@@ -71,3 +72,11 @@ def safety_context(world: ClosedLoopWorld, step: int | None = None, limits: Limi
         lanes = Corridor(world_to_ego(line, ego_xy, ego_yaw), half)
     return SafetyContext(v0=v0, obstacles=obstacles, corridor=lanes, limits=limits or Limits(),
                          ego_length=EGO_LENGTH, ego_width=EGO_WIDTH, ego_center_offset=EGO_CENTER_OFFSET)
+
+
+def ego_boxes(world: ClosedLoopWorld, step: int | None = None) -> list[tuple[float, float, float, float, float]]:
+    """The road users at `step` (default: the world's current step) as (x, y, yaw, length, width) boxes in that
+    step's ego frame (base_link): what a perception stack publishes on the node's ~/input/obstacles, and exactly
+    the obstacles of `safety_context(..., corridor=False, velocities=False)`."""
+    ctx = safety_context(world, step, corridor=False, velocities=False)
+    return [(o.x, o.y, o.yaw, o.length, o.width) for o in ctx.obstacles]
