@@ -41,33 +41,35 @@ def test_ddrive_sim_ros_drives_through_the_node_like_the_in_process_planner(tmp_
 
 def test_ddrive_sim_ros_bridges_the_road_users_to_the_node_and_its_safety_check_drives_like_in_process(tmp_path):
     """--ros --reflect safety: the bridge publishes the world's road users as boxes on the node's
-    ~/input/obstacles before each frame; every node plan checks against its own frame's boxes, and the
-    episode drives exactly as the in-process planner given the same boxes (`--safety-perception boxes`).
-    On this episode (seed 10) the check slows the plan: reflect off drives further."""
+    ~/input/obstacles before each frame, and every node plan checks against its own frame's boxes. Tracked
+    (track_obstacles, the default) or as standing boxes, the episode drives exactly as the in-process
+    planner given the same context (`--safety-perception tracked|boxes`). On this episode (seed 10) the
+    car ahead drives away: as a standing box it makes the check slow the plan; tracked, it does not."""
     from functools import partial
 
     from ddrive_ros.planner import Planner
-    from ddrive_ros.sim.safety_context import safety_context
+    from ddrive_ros.sim.safety_context import TrackedBoxes, safety_context
 
-    out = tmp_path / "sim_ros_safety.json"
-    rc = main(["sim", "--ros", "--domain-id", str(DOMAIN + 1), "--episodes", "1", "--seed", "10", "--duration", "3",
-               "--methods", "speculative", "--reflect", "safety", "--latency-ms", "200", "--json", str(out),
-               "--no-progress"])
-    assert rc == 0
-    doc = json.loads(out.read_text())
-    assert doc["config"]["safety_perception"] == "boxes"
-    seen = doc["config"]["node_obstacle_plans"]["speculative+safety"]
-    assert seen["same_frame"] > 0 and seen["older"] == 0 and seen["none"] == 0
-    via_node = next(e for e in doc["episodes"] if e["method"] == "speculative+safety")
-    expert_progress = next(e for e in doc["episodes"] if e["method"] == "expert")["progress_m"]
     opts = LoopOptions(duration_s=3.0, latency_ms=200.0)
     seed = episode_seeds(10, 1)[0]
-    boxes = partial(safety_context, corridor=False, velocities=False)
     on = Planner.from_checkpoint("fast_ddrive_tiny", decoder="speculative", reflect="safety")
-    run = run_episode(seed, "safety", lambda w: ModelDriver(on, on.restart_sampling, boxes).bind(w), opts,
-                      expert_progress_m=expert_progress)
-    assert run.score.progress_m == pytest.approx(via_node["progress_m"], abs=1e-6)
-    assert run.score.pdms == pytest.approx(via_node["pdms"], abs=1e-9)
-    off = Planner.from_checkpoint("fast_ddrive_tiny", decoder="speculative")
-    free = run_episode(seed, "off", lambda w: ModelDriver(off, off.restart_sampling), opts, expert_progress_m=expert_progress)
-    assert free.score.progress_m > via_node["progress_m"] + 0.1  # the boxes made the node's plans slow down
+    progress = {}
+    for i, seen_as in enumerate(("tracked", "boxes")):
+        out = tmp_path / f"sim_ros_safety_{seen_as}.json"
+        rc = main(["sim", "--ros", "--domain-id", str(DOMAIN + 1 + i), "--episodes", "1", "--seed", "10", "--duration",
+                   "3", "--methods", "speculative", "--reflect", "safety", "--latency-ms", "200", "--json", str(out),
+                   "--no-progress"] + (["--safety-perception", seen_as] if seen_as == "boxes" else []))
+        assert rc == 0
+        doc = json.loads(out.read_text())
+        assert doc["config"]["safety_perception"] == seen_as
+        seen = doc["config"]["node_obstacle_plans"]["speculative+safety"]
+        assert seen["same_frame"] > 0 and seen["older"] == 0 and seen["none"] == 0
+        via_node = next(e for e in doc["episodes"] if e["method"] == "speculative+safety")
+        expert_progress = next(e for e in doc["episodes"] if e["method"] == "expert")["progress_m"]
+        context = TrackedBoxes() if seen_as == "tracked" else partial(safety_context, corridor=False, velocities=False)
+        run = run_episode(seed, seen_as, lambda w: ModelDriver(on, on.restart_sampling, context).bind(w), opts,
+                          expert_progress_m=expert_progress)
+        assert run.score.progress_m == pytest.approx(via_node["progress_m"], abs=1e-6), seen_as
+        assert run.score.pdms == pytest.approx(via_node["pdms"], abs=1e-9), seen_as
+        progress[seen_as] = via_node["progress_m"]
+    assert progress["tracked"] > progress["boxes"] + 0.1

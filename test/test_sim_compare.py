@@ -88,7 +88,7 @@ def test_ddrive_sim_reads_manoeuvre_resamples_and_refuses_a_negative_count():
         manoeuvre_option(argparse.Namespace(manoeuvre_resamples=-1))
 
 
-def test_ddrive_sim_safety_perception_is_the_world_in_process_and_boxes_or_the_ego_over_ros(tmp_path):
+def test_ddrive_sim_safety_perception_is_the_world_in_process_and_tracked_boxes_or_the_ego_over_ros(tmp_path):
     import argparse
 
     from ddrive_ros.cli import main
@@ -96,7 +96,8 @@ def test_ddrive_sim_safety_perception_is_the_world_in_process_and_boxes_or_the_e
 
     assert safety_perception(argparse.Namespace(ros=False, safety_perception=None)) == "world"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="ego")) == "ego"
-    assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "boxes"  # bridged to the node
+    assert safety_perception(argparse.Namespace(ros=True, safety_perception=None)) == "tracked"  # bridged, node tracks
+    assert safety_perception(argparse.Namespace(ros=True, safety_perception="boxes")) == "boxes"  # track_obstacles off
     assert safety_perception(argparse.Namespace(ros=True, safety_perception="ego")) == "ego"  # none published
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="objects")) == "objects"
     assert safety_perception(argparse.Namespace(ros=False, safety_perception="boxes")) == "boxes"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import sys
 import tempfile
 import time
 from functools import partial
@@ -67,12 +69,14 @@ def register(sub) -> None:
     p.add_argument("--manoeuvre-resamples", type=int, default=None, metavar="N",
                    help="safety rows: trajectories resampled when the meta names a lane change or turn the plan does "
                         "not make (PlannerOptions.manoeuvre_resamples; default: the planner's, 6; 0 = off)")
-    p.add_argument("--safety-perception", choices=("world", "objects", "boxes", "ego"), default=None,
+    p.add_argument("--safety-perception", choices=("world", "objects", "boxes", "tracked", "ego"), default=None,
                    help="what safety rows check plans against: world = the world's true road users and corridor "
                         "(privileged, as the IDM row; the default in-process), objects = the true road users without "
                         "the corridor (an object list and no map), boxes = the same standing still (what the node gets on "
-                        "~/input/obstacles: a MarkerArray has no velocities; the default with --ros, where the bridge "
-                        "publishes them to the node), ego = the ego speed only, what the node has without "
+                        "~/input/obstacles: a MarkerArray has no velocities), tracked = those boxes with velocities estimated "
+                        "from one set to the next (reflection/tracking.py; what the node does with them, track_obstacles "
+                        "true; with --ros the bridge publishes the boxes and the node tracks them, the default), ego = the "
+                        "ego speed only, what the node has without "
                         "~/input/obstacles (kinematic limits and the meta's manoeuvre)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
@@ -170,6 +174,11 @@ def smoothing_option(args: argparse.Namespace) -> dict:
     return {"speed_smoothing": float(args.speed_smoothing)}
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM as a normal exit, so the `finally` that stops the node processes runs (they would outlive the run)."""
+    sys.exit(128 + signum)
+
+
 def safety_perception(args: argparse.Namespace) -> str:
     """--safety-perception resolved: world in-process; over ROS boxes (the bridge publishes the road users on the
     node's ~/input/obstacles) or ego (it publishes none)."""
@@ -179,7 +188,7 @@ def safety_perception(args: argparse.Namespace) -> str:
             raise ValueError(f"--safety-perception {chosen} cannot reach the node: its ~/input/obstacles is a "
                              "MarkerArray (boxes, no velocities) and it has no map; use boxes or ego with --ros, or "
                              "drive it in-process")
-        return chosen or "boxes"
+        return chosen or "tracked"
     return chosen or "world"
 
 
@@ -278,71 +287,87 @@ def run(args: argparse.Namespace) -> int:
         factories["idm planner"] = lambda w: IdmPlannerDriver(w)
     bridges: dict = {}  # method -> NodeBridge
     learned = {m: spec for m, spec in methods.items() if spec is not None}
-    if learned:
-        from ddrive_ros import checkpoint as ckpt
-        from ddrive_ros.planner import Planner, PlannerOptions
+    # a killed run still stops its node processes (restored when the run ends)
+    previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm) if args.ros else None
+    try:
+        if learned:
+            from ddrive_ros import checkpoint as ckpt
+            from ddrive_ros.planner import Planner, PlannerOptions
 
-        bundle = None if args.ros else ckpt.load(args.checkpoint)
-        if not args.ros and args.num_threads > 0:
-            import torch
+            bundle = None if args.ros else ckpt.load(args.checkpoint)
+            if not args.ros and args.num_threads > 0:
+                import torch
 
-            torch.set_num_threads(args.num_threads)
-        # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
-        node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
-        safety_perception(args)  # refuses --safety-perception world|objects with --ros before anything starts
-        for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
-            if args.ros and args.speed_smoothing is not None:
-                raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
-            if args.ros and args.follow_meta_speed is not None:
-                raise ValueError("--follow-meta-speed applies to in-process planners; the node takes its follow_meta_speed parameter")
-            if args.ros and args.start_on_meta:
-                raise ValueError("--start-on-meta applies to in-process planners; the node takes its start_on_meta parameter")
-            if args.ros and args.accel_clip is not None:
-                raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
-            if args.ros and args.no_draft_previous:
-                raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
-            if args.ros and args.manoeuvre_resamples is not None:
-                raise ValueError("--manoeuvre-resamples applies to in-process planners; the node takes its "
-                                 "manoeuvre_resamples parameter")
-            if args.ros and reflect == "oracle":
-                raise ValueError("the oracle row needs the world's true road users: drive it in-process")
-            if args.ros:
-                from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
+                torch.set_num_threads(args.num_threads)
+            # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
+            node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
+            node_log_prefix = f"{Path(args.json).stem}." if args.json else ""  # runs sharing a folder keep their own logs
+            safety_perception(args)  # refuses --safety-perception world|objects with --ros before anything starts
+            for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
+                if args.ros and args.speed_smoothing is not None:
+                    raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
+                if args.ros and args.follow_meta_speed is not None:
+                    raise ValueError("--follow-meta-speed applies to in-process planners; the node takes its follow_meta_speed parameter")
+                if args.ros and args.start_on_meta:
+                    raise ValueError("--start-on-meta applies to in-process planners; the node takes its start_on_meta parameter")
+                if args.ros and args.accel_clip is not None:
+                    raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
+                if args.ros and args.no_draft_previous:
+                    raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
+                if args.ros and args.manoeuvre_resamples is not None:
+                    raise ValueError("--manoeuvre-resamples applies to in-process planners; the node takes its "
+                                     "manoeuvre_resamples parameter")
+                if args.ros and reflect == "oracle":
+                    raise ValueError("the oracle row needs the world's true road users: drive it in-process")
+                if args.ros:
+                    from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
 
-                bridge = NodeBridge(NodeBridgeOptions(
-                    checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
-                    tree_rows=args.tree_rows if decoder == "speculative" else 1,
-                    tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
-                    domain_id=None if args.domain_id is None else args.domain_id + i,
-                    log_path=node_log_dir / f"node_{i}_{decoder}_n{n}.log"))
-                bridges[name] = bridge
-                if safety_perception(args) == "boxes":  # the world's road users on the node's ~/input/obstacles
-                    from ddrive_ros.sim.safety_context import ego_boxes
+                    bridge = NodeBridge(NodeBridgeOptions(
+                        checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
+                        tree_rows=args.tree_rows if decoder == "speculative" else 1,
+                        tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
+                        track_obstacles=safety_perception(args) == "tracked",
+                        domain_id=None if args.domain_id is None else args.domain_id + i,
+                        log_path=node_log_dir / f"{node_log_prefix}node_{i}_{decoder}_n{n}.log"))
+                    bridges[name] = bridge
+                    if safety_perception(args) in ("boxes", "tracked"):  # the road users on the node's ~/input/obstacles
+                        from ddrive_ros.sim.safety_context import ego_boxes
 
-                    factories[name] = (lambda b: (lambda w: b.bind(partial(ego_boxes, w))))(bridge)
+                        factories[name] = (lambda b: (lambda w: b.bind(partial(ego_boxes, w))))(bridge)
+                    else:
+                        factories[name] = (lambda b: (lambda w: b.bind(None)))(bridge)
                 else:
-                    factories[name] = (lambda b: (lambda w: b.bind(None)))(bridge)
-            else:
-                oracle = reflect == "oracle"
-                knobs = ({"tree": args.tree_rows, "tree_depth": args.tree_depth}
-                         if decoder == "speculative" and args.tree_rows != 1 else {})
-                planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
-                                                         reflect="off" if oracle else reflect,
-                                                         draft_previous=not args.no_draft_previous,
-                                                         follow_meta_speed=args.follow_meta_speed or "off",
-                                                         start_on_meta=bool(args.start_on_meta),
-                                                         **smoothing_option(args), **accel_clip_option(args),
-                                                         **manoeuvre_option(args), **logit_bias_option(args)))
-                warm_up(planner)
-                context_of = None  # the planner then checks against the ego speed only
-                seen = safety_perception(args)
-                if reflect in ("safety", "both") and seen in ("world", "objects", "boxes"):
-                    from ddrive_ros.sim.safety_context import safety_context
+                    oracle = reflect == "oracle"
+                    knobs = ({"tree": args.tree_rows, "tree_depth": args.tree_depth}
+                             if decoder == "speculative" and args.tree_rows != 1 else {})
+                    planner = Planner(bundle, PlannerOptions(decoder=decoder, rollouts=n, knobs=knobs,
+                                                             reflect="off" if oracle else reflect,
+                                                             draft_previous=not args.no_draft_previous,
+                                                             follow_meta_speed=args.follow_meta_speed or "off",
+                                                             start_on_meta=bool(args.start_on_meta),
+                                                             **smoothing_option(args), **accel_clip_option(args),
+                                                             **manoeuvre_option(args), **logit_bias_option(args)))
+                    warm_up(planner)
+                    context_of = None  # the planner then checks against the ego speed only
+                    seen = safety_perception(args)
+                    if reflect in ("safety", "both") and seen == "tracked":
+                        from ddrive_ros.sim.safety_context import TrackedBoxes
 
-                    context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes")
-                driver_class = BestOfNDriver if oracle else ModelDriver
-                driver = driver_class(planner, planner.restart_sampling, context_of)
-                factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)
+                        context_of = TrackedBoxes()
+                    elif reflect in ("safety", "both") and seen in ("world", "objects", "boxes"):
+                        from ddrive_ros.sim.safety_context import safety_context
+
+                        context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes")
+                    driver_class = BestOfNDriver if oracle else ModelDriver
+                    driver = driver_class(planner, planner.restart_sampling, context_of)
+                    factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)
+    except BaseException:  # a node that failed to start, or a refused option: stop the nodes already running
+        for b in bridges.values():
+            b.close()
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
+        raise
+
     seeds = episode_seeds(args.seed, args.episodes)
     video_dir = Path(args.video) if args.video else None
     film = set(seeds[: args.video_episodes]) if video_dir else set()
@@ -370,6 +395,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for b in bridges.values():
             b.close()
+        if previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, previous_sigterm)
     wall = time.perf_counter() - t0
     rows = [r.row() for r in results]
     print(markdown(rows))

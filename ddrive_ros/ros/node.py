@@ -27,7 +27,7 @@ import functools
 import os
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from visualization_msgs.msg import MarkerArray
 
 from ddrive_ros.observation import CAMERAS, Observation
 from ddrive_ros.reflection.safety import Obstacle, SafetyContext
+from ddrive_ros.reflection.tracking import BoxTracker
 from ddrive_ros.observation_recipe import to_model_size
 from ddrive_ros.ros import convert
 from ddrive_ros.ros import interface as I
@@ -160,6 +161,10 @@ class PlannerCore:
         self.late_sets = 0
         self.last_latency: dict[str, float] = {}
         self.obstacles: tuple[float, list[tuple[float, ...]]] | None = None  # newest stamp, ego-frame boxes
+        # track_obstacles: the sets not yet given to the tracker (the worker feeds them, oldest first, once the
+        # odometry at their stamps is in), and the tracker
+        self._obstacle_sets: deque[tuple[float, list[tuple[float, ...]]]] = deque(maxlen=50)
+        self.tracker = BoxTracker()
         self.unsafe_plans = self.reflect_edits = self.stale_obstacles = 0
         self._warned_no_obstacles = False  # reflect safety|both with no ~/input/obstacles: warned once
         self.last_reflect: dict[str, Any] = {}
@@ -378,6 +383,8 @@ class PlannerCore:
             return
         with self._lock:
             self.obstacles = (stamp, boxes)
+            if self.planner.options.reflect in ("safety", "both"):
+                self._obstacle_sets.append((stamp, boxes))
 
     def _safety_context(self, obs: Observation) -> tuple[SafetyContext | None, dict[str, Any]]:
         """The reflection's context: the ego speed, and the obstacles when they are fresh (no older
@@ -386,19 +393,15 @@ class PlannerCore:
         age against the observation (None when none were used)."""
         if self.planner.options.reflect not in ("safety", "both"):
             return None, {}
+        if self._p("track_obstacles"):
+            return self._tracked_context(obs)
         with self._lock:
             got = self.obstacles
         boxes = ()
         age_ms = None
-        if got is None and not self._warned_no_obstacles:
-            self._warned_no_obstacles = True
-            self.get_logger().warn(
-                f"reflect={self.planner.options.reflect} and nothing received on ~/input/obstacles yet: the safety check "
-                "sees only the ego's kinematics and the plan's meta, which in the closed loop gained nothing over "
-                "reflect off (docs/reflection.md, 'Safety reflection without perception'); wire the obstacles (with them "
-                "it removed most at-fault collisions: 'With the road users and no map'), or set reflect off. The node has "
-                "no map, so manoeuvre resampling is skipped and repairs only slow along the plan")
-        if got is not None:
+        if got is None:
+            self._warn_no_obstacles()
+        else:
             stamp, raw = got
             if abs(obs.stamp - stamp) <= self._p("max_input_age_s"):
                 boxes = tuple(Obstacle(x, y, yaw, length, width) for x, y, yaw, length, width in raw)
@@ -406,6 +409,50 @@ class PlannerCore:
             else:
                 self.stale_obstacles += 1
         return SafetyContext(v0=float(obs.speed), obstacles=boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms}
+
+    def _warn_no_obstacles(self) -> None:
+        if self._warned_no_obstacles:
+            return
+        self._warned_no_obstacles = True
+        self.get_logger().warn(
+            f"reflect={self.planner.options.reflect} and nothing received on ~/input/obstacles yet: the safety check "
+            "sees only the ego's kinematics and the plan's meta, which in the closed loop gained nothing over "
+            "reflect off (docs/reflection.md, 'Safety reflection without perception'); wire the obstacles (with them "
+            "it removed most at-fault collisions: 'With the road users and no map'), or set reflect off. The node has "
+            "no map, so manoeuvre resampling is skipped and repairs only slow along the plan")
+
+    def _tracked_context(self, obs: Observation) -> tuple[SafetyContext, dict[str, Any]]:
+        """track_obstacles: the sets received up to the observation go through the tracker (each placed with the
+        odometry pose at its stamp; a set outside the odometry history is dropped and counted), and the plan is
+        checked against the newest set's boxes moved on to the observation's time and pose at their estimated
+        velocities, when that set is fresh (no older than max_input_age_s)."""
+        with self._lock:
+            due = []
+            while self._obstacle_sets and self._obstacle_sets[0][0] <= obs.stamp + 1e-6:
+                due.append(self._obstacle_sets.popleft())
+            # sets too old to be used or to give a velocity (the tracker forgets after max_gap_s) are passed over
+            oldest = obs.stamp - self._p("max_input_age_s") - self.tracker.max_gap_s
+            due = [(stamp, boxes) for stamp, boxes in due if stamp >= oldest]
+            odom = self.sync.odom
+            first, last = (odom.samples[0].t, odom.samples[-1].t) if len(odom) else (None, None)
+            poses = [odom.state_at(stamp)[:3] if first is not None and first <= stamp <= last else None
+                     for stamp, _ in due]
+        for (stamp, boxes), pose in zip(due, poses):
+            if pose is None:
+                self._drop("obstacles_no_pose", self.topics["obstacles"], f"boxes at {stamp:.3f} s: no odometry at that "
+                           f"stamp (odometry held from {first} to {last})")
+                continue
+            self.tracker.update(stamp, tuple(float(v) for v in pose), boxes)
+        if self.tracker.stamp is None:
+            self._warn_no_obstacles()
+            return SafetyContext(v0=float(obs.speed)), {"obstacles": 0, "obstacles_age_ms": None}
+        if abs(obs.stamp - self.tracker.stamp) > self._p("max_input_age_s"):
+            self.stale_obstacles += 1
+            return SafetyContext(v0=float(obs.speed)), {"obstacles": 0, "obstacles_age_ms": None}
+        boxes = self.tracker.obstacles_at(obs.stamp, obs.meta["odom_pose"])
+        return (SafetyContext(v0=float(obs.speed), obstacles=boxes),
+                {"obstacles": len(boxes), "obstacles_age_ms": round((obs.stamp - self.tracker.stamp) * 1e3, 3),
+                 "obstacles_tracked": True})
 
     def _apply_plan_option_params(self) -> None:
         opt = self.planner.options
@@ -651,7 +698,8 @@ class PlannerCore:
         else:
             inputs = Status(0, "inputs fresh", values)
 
-        values = {"reflect": self._p("reflect"), "speed_smoothing": self._p("speed_smoothing"),
+        values = {"reflect": self._p("reflect"), "track_obstacles": self._p("track_obstacles"),
+                  "speed_smoothing": self._p("speed_smoothing"),
                   "follow_meta_speed": self._p("follow_meta_speed"), "start_on_meta": self._p("start_on_meta"),
                   "reflect_edited_tokens": self.reflect_edits,
                   "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,

@@ -85,6 +85,10 @@ PARAMETERS: dict[str, Spec] = {
     "manoeuvre_resamples": Spec(_OPT.manoeuvre_resamples, P.PARAMETER_INTEGER,
                              "safety: trajectories sampled when the meta names a lane change or turn the plan does not make; "
                              "0 = never; needs a drivable corridor, which the node has not: skipped there", range=(0, 16)),
+    "track_obstacles": Spec(True, P.PARAMETER_BOOL,
+                            "safety: follow the ~/input/obstacles boxes from set to set for their velocities and move them "
+                            "to the plan's time and pose (reflection/tracking.py); false: check them standing where they "
+                            "were (a car driving away ahead reads as a wall)"),
     # ---- trajectory shaping (the next plan uses it)
     "speed_smoothing": Spec(_OPT.speed_smoothing, P.PARAMETER_DOUBLE,
                             "jerk penalty of the speed profile re-timed along the decoded path (speed_smoothing.py); "

@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 EPISODE_GAP_S = 100.0  # s of sim time between episodes on the node's clock
 START_S = 1000.0  # first episode's time zero: stamps are never zero
 PLANNING_RATE_HZ = 1000.0  # the node's timer: fires on every /clock message
+# the node's camera queue: an episode's first FRAME_HISTORY_S of frames go out back to back (the bridge waits for
+# plans only from then on), and with the default depth of 2 a loaded node lost the first frame now and then, so the
+# first plan of the episode never came (no history frame); 16 frames cover the burst
+CAMERA_QOS_DEPTH = 16
 NUDGE_S = 0.0011  # s: clock nudge, > the timer's 1 ms period; MAX_NUDGES of them stay inside a 50 ms step
 MAX_NUDGES = 40
 NUDGE_AT_S = (0.02, 0.1, 0.2, 0.4, 0.7, 1.0)  # wall seconds of waiting at which to nudge; then every 0.5 s
@@ -69,10 +73,12 @@ class NodeBridgeOptions:
     tree_rows: int = 1  # the node's tree_rows parameter (decoder speculative)
     tree_depth: int = 1  # the node's tree_depth parameter
     logit_bias: str = "checkpoint"  # the node's logit_bias parameter
+    track_obstacles: bool = True  # the node's track_obstacles parameter (velocities from the boxes, set to set)
 
 
 class NodeBridge:
     def __init__(self, opts: NodeBridgeOptions) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import Odometry
         from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
         from rosgraph_msgs.msg import Clock
@@ -84,8 +90,10 @@ class NodeBridge:
         self.domain = check_domain_id(opts.domain_id, "domain_id") if opts.domain_id is not None else domain_id_from_env()
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
+                  "camera_qos_depth": CAMERA_QOS_DEPTH,
                   "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,
-                  "tree_depth": opts.tree_depth, "logit_bias": opts.logit_bias}
+                  "tree_depth": opts.tree_depth, "logit_bias": opts.logit_bias,
+                  "track_obstacles": opts.track_obstacles}
         # the node's ~/input/* onto the topics this bridge publishes (the package's bag topics)
         self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path), remaps=I.bag_remaps(False))
         self.plan_topic = I.resolve(I.OUTPUT_PLAN)
@@ -106,6 +114,8 @@ class NodeBridge:
         self._cv = threading.Condition()
         self._plans: dict[int, dict] = {}  # input stamp (ns) -> plan JSON
         self.node.create_subscription(String, self.plan_topic, self._on_plan, reliable)
+        self._diagnostics: dict[str, str] = {}  # the node's latest diagnostics, status name -> text: named in errors
+        self.node.create_subscription(DiagnosticArray, I.DIAGNOSTICS, self._on_diagnostics, reliable)
         self._spun.start()
         self.offset = START_S - EPISODE_GAP_S
         self.episode_start = 0.0
@@ -133,6 +143,17 @@ class NodeBridge:
                 self.obstacle_plans["none" if age is None else "same_frame" if abs(age) < 0.5 else "older"] += 1
             self._plans[_ns(float(doc["input_stamp"]))] = doc
             self._cv.notify_all()
+
+    def _on_diagnostics(self, msg) -> None:
+        got = {st.name: f"{st.message} ({', '.join(f'{kv.key}={kv.value}' for kv in st.values)})" for st in msg.status}
+        with self._cv:
+            self._diagnostics.update(got)
+
+    def _node_state(self) -> str:
+        with self._cv:
+            diag = dict(self._diagnostics)
+        text = "\n".join(f"  {name}: {value}" for name, value in sorted(diag.items())) or "  (none received)"
+        return f"node diagnostics:\n{text}\nnode log {self.node_proc.log_path}:\n{self.node_proc.tail()}"
 
     def _wait_ready(self) -> None:
         t0 = time.monotonic()
@@ -189,8 +210,7 @@ class NodeBridge:
                     raise RuntimeError(f"planner node died:\n{self.node_proc.tail()}")
                 if waited > self.opts.plan_timeout_s:
                     raise TimeoutError(f"no plan from the node for the frame at t={t - self.offset:.2f} s of the episode "
-                                       f"within {self.opts.plan_timeout_s:.0f} s; log {self.node_proc.log_path}:\n"
-                                       f"{self.node_proc.tail()}")
+                                       f"within {self.opts.plan_timeout_s:.0f} s; {self._node_state()}")
                 due = NUDGE_AT_S[nudged] if nudged < len(NUDGE_AT_S) else NUDGE_AT_S[-1] + 0.5 * (nudged - len(NUDGE_AT_S) + 1)
                 if nudged < MAX_NUDGES and waited > due:
                     nudged += 1

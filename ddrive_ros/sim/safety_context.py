@@ -80,3 +80,32 @@ def ego_boxes(world: ClosedLoopWorld, step: int | None = None) -> list[tuple[flo
     the obstacles of `safety_context(..., corridor=False, velocities=False)`."""
     ctx = safety_context(world, step, corridor=False, velocities=False)
     return [(o.x, o.y, o.yaw, o.length, o.width) for o in ctx.obstacles]
+
+
+class TrackedBoxes:
+    """`--safety-perception tracked`: the node's boxes (`ego_boxes`, on every camera step, as the bridge publishes
+    them) through the node's `BoxTracker`; the context of a plan holds the tracked boxes with their estimated
+    velocities at the plan's step, no corridor. One instance per driver: a new world starts a new track."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        from ddrive_ros.reflection.tracking import BoxTracker
+
+        self.limits = limits
+        self._make = BoxTracker
+        self.tracker = BoxTracker()
+        self._world: ClosedLoopWorld | None = None
+        self._next = 0  # the first step not fed to the tracker yet
+
+    def __call__(self, world: ClosedLoopWorld) -> SafetyContext:
+        if world is not self._world:
+            self._world, self._next, self.tracker = world, 0, self._make()
+        k = world.k
+        for j in range(self._next, k + 1):
+            if world.is_camera_step(j):
+                pose = (float(world.ego_xy[j, 0]), float(world.ego_xy[j, 1]), float(world.ego_yaw[j]))
+                self.tracker.update(float(world.t[j]), pose, ego_boxes(world, j))
+        self._next = k + 1
+        pose = (float(world.ego_xy[k, 0]), float(world.ego_xy[k, 1]), float(world.ego_yaw[k]))
+        return SafetyContext(v0=float(world.ego_v[k]), obstacles=self.tracker.obstacles_at(float(world.t[k]), pose),
+                             limits=self.limits or Limits(), ego_length=EGO_LENGTH, ego_width=EGO_WIDTH,
+                             ego_center_offset=EGO_CENTER_OFFSET)
