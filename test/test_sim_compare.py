@@ -116,3 +116,20 @@ def test_ddrive_sim_safety_perception_is_the_world_in_process_and_tracked_boxes_
                  "--methods", "speculative", "--reflect", "safety", "--safety-perception", "objects",
                  "--latency-ms", "200", "--json", str(out), "--no-progress"]) == 0
     assert json.loads(out.read_text())["config"]["safety_perception"] == "objects"
+
+
+def test_ddrive_sim_safety_limits_are_checked_names_and_in_process_only(capsys):
+    import argparse
+
+    from ddrive_ros.cli import main
+    from ddrive_ros.commands.sim import safety_limits, safety_limits_arg
+
+    assert safety_limits_arg("min_ttc_s=2, min_clearance_m=0.5") == {"min_ttc_s": 2.0, "min_clearance_m": 0.5}
+    limits = safety_limits(argparse.Namespace(safety_limits={"min_ttc_s": 2.0}))
+    assert limits.min_ttc_s == 2.0 and limits.max_decel == 6.0  # the others stay the defaults
+    for bad, why in (("ttc=2", "NAME one of"), ("min_ttc_s", "NAME one of"), ("min_ttc_s=soon", "not a number")):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            safety_limits_arg(bad)
+    assert main(["sim", "--ros", "--episodes", "1", "--methods", "speculative", "--reflect", "safety",
+                 "--safety-limits", "min_ttc_s=2", "--no-progress"]) == 1  # refused before a node starts
+    assert "--safety-limits applies to in-process planners" in capsys.readouterr().err

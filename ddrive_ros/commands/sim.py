@@ -78,6 +78,9 @@ def register(sub) -> None:
                         "true; with --ros the bridge publishes the boxes and the node tracks them, the default), ego = the "
                         "ego speed only, what the node has without "
                         "~/input/obstacles (kinematic limits and the meta's manoeuvre)")
+    p.add_argument("--safety-limits", type=safety_limits_arg, default=None, metavar="NAME=VALUE,...",
+                   help="in-process safety rows: thresholds of the check (reflection/safety.Limits fields, e.g. "
+                        "min_ttc_s=2,min_clearance_m=0.5; default: Limits()'s)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -172,6 +175,33 @@ def smoothing_option(args: argparse.Namespace) -> dict:
     if not args.speed_smoothing >= 0:
         raise ValueError(f"--speed-smoothing must be >= 0, got {args.speed_smoothing}")
     return {"speed_smoothing": float(args.speed_smoothing)}
+
+
+def safety_limits_arg(text: str) -> dict[str, float]:
+    """--safety-limits NAME=VALUE,... -> {name: value}, names checked against reflection/safety.Limits."""
+    from dataclasses import fields
+
+    from ddrive_ros.reflection.safety import Limits
+
+    names = {f.name for f in fields(Limits)}
+    out: dict[str, float] = {}
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        name, sep, value = item.partition("=")
+        if not sep or name.strip() not in names:
+            raise argparse.ArgumentTypeError(f"--safety-limits takes NAME=VALUE with NAME one of {sorted(names)}, got "
+                                             f"{item!r}")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"--safety-limits {name.strip()}: not a number: {value!r}") from e
+    return out
+
+
+def safety_limits(args: argparse.Namespace):
+    """The check's Limits for in-process safety rows: the defaults with --safety-limits applied."""
+    from ddrive_ros.reflection.safety import Limits
+
+    return Limits(**(getattr(args, "safety_limits", None) or {}))
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
@@ -314,6 +344,9 @@ def run(args: argparse.Namespace) -> int:
                     raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
                 if args.ros and args.no_draft_previous:
                     raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
+                if args.ros and args.safety_limits:
+                    raise ValueError("--safety-limits applies to in-process planners; the node checks with the default "
+                                     "limits")
                 if args.ros and args.manoeuvre_resamples is not None:
                     raise ValueError("--manoeuvre-resamples applies to in-process planners; the node takes its "
                                      "manoeuvre_resamples parameter")
@@ -353,11 +386,12 @@ def run(args: argparse.Namespace) -> int:
                     if reflect in ("safety", "both") and seen == "tracked":
                         from ddrive_ros.sim.safety_context import TrackedBoxes
 
-                        context_of = TrackedBoxes()
+                        context_of = TrackedBoxes(safety_limits(args))
                     elif reflect in ("safety", "both") and seen in ("world", "objects", "boxes"):
                         from ddrive_ros.sim.safety_context import safety_context
 
-                        context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes")
+                        context_of = partial(safety_context, corridor=seen == "world", velocities=seen != "boxes",
+                                             limits=safety_limits(args))
                     driver_class = BestOfNDriver if oracle else ModelDriver
                     driver = driver_class(planner, planner.restart_sampling, context_of)
                     factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)
@@ -497,6 +531,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "accel_clip": getattr(args, "accel_clip", None), "accel_window_s": ACCEL_WINDOW_S,
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),
+                      "safety_limits": getattr(args, "safety_limits", None) or {},
                       "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])
