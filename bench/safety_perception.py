@@ -4,11 +4,13 @@
         --json bench/results/safety_perception_val6.json --png docs/safety_perception.png
 
 Each row pools the runs of one setting over the validation seeds: reflect off (the `speculative` row of
-`sim_60_val{S}_fast_ddrive_brake_objects_bins.json`), the check with static boxes, with road users and their
+`sim_60_val{S}_fast_ddrive_brake_objects_bins.json`), the check with static boxes, with the same boxes tracked for
+their velocities (what the node does with ~/input/obstacles, track_obstacles), with road users and their true
 velocities, with road users and the route corridor (the `speculative+safety` rows of `..._safety_boxes_m0.json`,
-`..._safety_objects_m0.json`, `..._safety.json`), and the IDM planner (`sim_60_val{S}_idm.json`). Printed: PDMS,
-at-fault collisions, episodes off the road and episodes failing a comfort bound, and each learned row's paired PDMS
-difference against reflect off with its standard error. The picture draws the first three as bars.
+`..._safety_tracked.json`, `..._safety_objects_m0.json`, `..._safety.json`), and the IDM planner
+(`sim_60_val{S}_idm.json`). Printed: PDMS, at-fault collisions, episodes off the road and episodes failing a comfort
+bound, and each learned row's paired PDMS difference against reflect off with its standard error. The picture draws
+PDMS, at-fault collisions, drives off the road and comfort fails as bars.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ RESULTS = Path("bench/results")
 # label, file pattern ({seed}), method in that file
 SETTINGS = [
     ("reflect off (default)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins.json", "speculative"),
-    ("static boxes (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_boxes_m0.json", "speculative+safety"),
+    ("static boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_boxes_m0.json", "speculative+safety"),
+    ("tracked boxes (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked.json", "speculative+safety"),
     ("road users, no map", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_objects_m0.json", "speculative+safety"),
     ("road users + corridor", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety.json", "speculative+safety"),
     ("IDM lane follower", "sim_60_val{seed}_idm.json", "idm planner"),
@@ -98,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
                   draw.bar_chart(labels, [r["at_fault_collisions"] / n for r in table], "at-fault collisions per episode",
                                  value_range=(0.0, 0.12)),
                   draw.bar_chart(labels, [r["off_road"] / n for r in table], "share of episodes off the road",
-                                 value_range=(0.0, 0.12))]
+                                 value_range=(0.0, 0.12)),
+                  draw.bar_chart(labels, [r["comfort_fails"] / n for r in table],
+                                 "share of episodes failing a comfort bound", value_range=(0.0, 0.25))]
         draw.write_png(args.png, draw.stacked(*charts))
         print(f"wrote {args.png}")
     return 0

@@ -62,6 +62,26 @@ def test_build_two_frame_observation_anchored_on_front():
     obs.validate()
 
 
+def test_a_lost_side_frame_never_sends_the_search_back_past_max_input_age():
+    """A side camera's newest frame lost at a jump in time (a new replayed or simulated episode): the search for
+    the newest complete set stops at max_input_age_s and says why, instead of handing over a set from before the
+    jump (whose stamp the node already planned: it waited silently, for ever)."""
+    sync = Synchronizer(SyncConfig(tolerance_s=0.05, history_s=0.5, max_input_age_s=0.5, camera_buffer=30))
+    _fill(sync, 3.0)
+    assert sync.build(now=3.05).stamp == pytest.approx(3.0)
+    t0 = 103.0  # 100 s later: the new episode's first 0.5 s, the left camera's last frame lost
+    for i in range(6):
+        t = t0 + 0.1 * i
+        sync.add_odometry(OdomSample(t, 10.0 * t, 0.0, 0.0, 10.0, 0.0))
+        for cam in CAMERAS:
+            if not (cam == "left_front" and i == 5):
+                sync.add_image(cam, t, _img(i, 8, 12))
+    sync.add_image("left_front", t0 + 0.6, _img(6, 8, 12))  # the next frame comes: 103.5 is not in flight
+    with pytest.raises(SyncError) as e:  # before: the observation at 3.0, a hundred seconds old
+        sync.build(now=t0 + 0.6)
+    assert e.value.reason == "no_match" and "left_front" in str(e.value)  # the newest fresh anchor says why
+
+
 def test_side_camera_out_of_tolerance_gives_no_match():
     sync = Synchronizer(SyncConfig(tolerance_s=0.01))
     _fill(sync, 2.0, jitter=0.03)
@@ -295,3 +315,21 @@ def test_comfortable_stop_decelerates_along_last_path():
     s = np.hypot(stop[:, 1], stop[:, 2])
     assert np.all(np.diff(s) >= -1e-9) and s[-1] == pytest.approx(10.0 * 5 - 0.5 * 2 * 25, rel=1e-6)  # stops at 25 m
     np.testing.assert_allclose(stop[:, 2] / stop[:, 1], 0.05, rtol=1e-6)  # stays on the path
+
+
+def test_sim_bridge_stamps_key_the_same_on_both_sides_of_the_node():
+    """ddrive sim --ros keys each frame's plan by its stamp in milliseconds: the bridge's float stamp and the node's,
+    rebuilt from the message's sec + nanosec, must land on the same key for every frame, whatever residue the clock's
+    1.1 ms nudges left (offsets with half a millisecond in them did not: a run waited for ever)."""
+    from ddrive_ros.ros.sim_bridge import NUDGE_S, START_S, _ns, next_offset
+
+    offset, frames = START_S, 0
+    for episode in range(300):
+        clock_now = offset + 6.0 + (episode * 7 % 40) * NUDGE_S  # the episode's end plus its last nudges
+        offset = next_offset(offset, clock_now)
+        assert offset == int(offset) and offset >= clock_now + 100.0
+        for k in range(0, 140, 2):  # camera steps: t_rel = k * 0.05
+            t = k * 0.05 + offset
+            assert _ns(convert.stamp_to_sec(convert.to_stamp(t))) == _ns(t), (episode, k, t)
+            frames += 1
+    assert frames == 300 * 70

@@ -159,6 +159,7 @@ class PlannerCore:
         # with the timer, and a set arriving just after a tick would be overtaken by the next one)
         self._awaiting_set = False
         self.late_sets = 0
+        self.last_no_observation = "none"  # why the last look for a new set found none (diagnostics)
         self.last_latency: dict[str, float] = {}
         self.obstacles: tuple[float, list[tuple[float, ...]]] | None = None  # newest stamp, ego-frame boxes
         # track_obstacles: the sets not yet given to the tracker (the worker feeds them, oldest first, once the
@@ -523,10 +524,12 @@ class PlannerCore:
                         self.warming_up += 1  # the first frame_history_s of frames: not a failure
                         return False
                     self.sync_failures[e.reason] += 1
+                    self.last_no_observation = f"{e} (node clock {now:.3f})"
                     self.watchdog.failed(f"no observation: {e.reason}")
                     self.get_logger().warn(f"no observation: {e}", throttle_duration_sec=2.0)
                     return False
             if obs.stamp == self._last_stamp:
+                self.last_no_observation = f"newest complete set {obs.stamp:.3f} planned already (node clock {now:.3f})"
                 if not catch_up:
                     self.no_new_set += 1  # the newest complete set was planned already: wait for the next
                     self._awaiting_set = True
@@ -706,7 +709,7 @@ class PlannerCore:
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
                                                       for k in row})) or "none",
                   "plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
-                  "no_new_set": self.no_new_set, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "late_sets": self.late_sets,
+                  "no_new_set": self.no_new_set, "last_no_observation": self.last_no_observation, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "late_sets": self.late_sets,
                   "fallback_plans": self.fallback_plans,
                   "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
                   "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,

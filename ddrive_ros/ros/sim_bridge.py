@@ -19,13 +19,15 @@ so the tick at a frame's own /clock usually sees the previous frame; the bridge 
 on by NUDGE_S (1.1 ms, far less than a 50 ms step) to make the timer fire again once the images are
 in, and again on a back-off schedule if the node has not answered yet.
 
-Episodes follow each other on one clock: each starts EPISODE_GAP_S after the previous one ended,
-so the node's buffers never mix two episodes and its "same anchor as last time" check never fires.
+Episodes follow each other on one clock: each starts EPISODE_GAP_S after the previous one ended, on a
+whole second, so the node's buffers never mix two episodes and its "same anchor as last time" check
+never fires, and every stamp sits on the simulator's 50 ms grid.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -50,10 +52,6 @@ log = logging.getLogger(__name__)
 EPISODE_GAP_S = 100.0  # s of sim time between episodes on the node's clock
 START_S = 1000.0  # first episode's time zero: stamps are never zero
 PLANNING_RATE_HZ = 1000.0  # the node's timer: fires on every /clock message
-# the node's camera queue: an episode's first FRAME_HISTORY_S of frames go out back to back (the bridge waits for
-# plans only from then on), and with the default depth of 2 a loaded node lost the first frame now and then, so the
-# first plan of the episode never came (no history frame); 16 frames cover the burst
-CAMERA_QOS_DEPTH = 16
 NUDGE_S = 0.0011  # s: clock nudge, > the timer's 1 ms period; MAX_NUDGES of them stay inside a 50 ms step
 MAX_NUDGES = 40
 NUDGE_AT_S = (0.02, 0.1, 0.2, 0.4, 0.7, 1.0)  # wall seconds of waiting at which to nudge; then every 0.5 s
@@ -90,7 +88,6 @@ class NodeBridge:
         self.domain = check_domain_id(opts.domain_id, "domain_id") if opts.domain_id is not None else domain_id_from_env()
         params = {"use_sim_time": True, "checkpoint": opts.checkpoint, "decoder": opts.decoder,
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
-                  "camera_qos_depth": CAMERA_QOS_DEPTH,
                   "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,
                   "tree_depth": opts.tree_depth, "logit_bias": opts.logit_bias,
                   "track_obstacles": opts.track_obstacles}
@@ -123,6 +120,7 @@ class NodeBridge:
         self.clock_now = 0.0
         self.nudges = 0
         self.frame_sent_wall: dict[int, float] = {}
+        self._last_received: float | None = None  # input stamp of the newest plan received (named in errors)
         self._last_frame_t: float | None = None  # the newest camera frame the node has planned, and its plan
         self._last_frame_plan: dict | None = None
         try:
@@ -138,6 +136,7 @@ class NodeBridge:
             return
         seen = doc.get("stats", {}).get("reflect", {})
         with self._cv:
+            self._last_received = float(doc["input_stamp"])
             if "obstacles_age_ms" in seen:
                 age = seen["obstacles_age_ms"]
                 self.obstacle_plans["none" if age is None else "same_frame" if abs(age) < 0.5 else "older"] += 1
@@ -210,7 +209,9 @@ class NodeBridge:
                     raise RuntimeError(f"planner node died:\n{self.node_proc.tail()}")
                 if waited > self.opts.plan_timeout_s:
                     raise TimeoutError(f"no plan from the node for the frame at t={t - self.offset:.2f} s of the episode "
-                                       f"within {self.opts.plan_timeout_s:.0f} s; {self._node_state()}")
+                                       f"(stamp {t:.6f}) within {self.opts.plan_timeout_s:.0f} s; plans held for stamps "
+                                       f"{sorted(k / 1e9 for k in self._plans)}, last received {self._last_received}; "
+                                       f"{self._node_state()}")
                 due = NUDGE_AT_S[nudged] if nudged < len(NUDGE_AT_S) else NUDGE_AT_S[-1] + 0.5 * (nudged - len(NUDGE_AT_S) + 1)
                 if nudged < MAX_NUDGES and waited > due:
                     nudged += 1
@@ -227,7 +228,7 @@ class NodeBridge:
         return self
 
     def begin_episode(self, seed: int) -> None:
-        self.offset = max(self.offset + EPISODE_GAP_S, self.clock_now + EPISODE_GAP_S)
+        self.offset = next_offset(self.offset, self.clock_now)
         with self._cv:
             self._plans.clear()
         self.frame_sent_wall.clear()
@@ -267,6 +268,16 @@ class NodeBridge:
             code = self.node_proc.stop()
             log.info("planner node exited with %s (clock nudges: %d; plans checked against this frame's / older / "
                      "no boxes: %s)", code, self.nudges, "/".join(str(v) for v in self.obstacle_plans.values()))
+
+
+def next_offset(offset: float, clock_now: float) -> float:
+    """The next episode's time zero on the node's clock: EPISODE_GAP_S past both the previous episode's zero and the
+    clock, rounded up to a whole second. Whole seconds keep every stamp on the simulator's 50 ms grid: the clock's
+    nudges (1.1 ms) leave sub-millisecond residue in clock_now, and an offset with half a millisecond in it put stamps
+    on the rounding edge of the millisecond plan keys (`_ns`): the bridge's stamp 2236.5275 keyed to ...527, the
+    node's plan for the same frame (its stamp rebuilt from sec + nanosec, one ulp away) to ...528, and the bridge
+    waited for ever (runs of 60 episodes stopped after 6 to 34 of them)."""
+    return float(math.ceil(max(offset + EPISODE_GAP_S, clock_now + EPISODE_GAP_S)))
 
 
 def _ns(t: float) -> int:

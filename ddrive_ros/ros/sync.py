@@ -253,7 +253,14 @@ class Synchronizer:
         first_error: RecipeError | None = None
         pending: str | None = None
         odom_t = self.odom.latest.t
+        too_old = 0
         for t0 in stamps[ANCHOR][::-1]:
+            if now - t0 > self.config.max_input_age_s:
+                # older anchors are older still: a set that old is not planned from (after a lost side frame the search
+                # would otherwise reach back to whatever complete set the buffer still holds, seconds or a whole
+                # replayed episode ago)
+                too_old = int(np.sum(stamps[ANCHOR] <= t0))
+                break
             if odom_t < t0 and now - t0 < self.config.odom_wait_s:
                 pending = pending or f"{ANCHOR} frame {t0:.3f} waits for odometry (newest {odom_t:.3f})"
                 continue
@@ -282,6 +289,9 @@ class Synchronizer:
             raise SyncError(first_error.reason, first_error.detail)
         if pending is not None:
             raise SyncError("no_match", pending)
+        if too_old:
+            raise SyncError("no_match", f"no complete set within max_input_age_s {self.config.max_input_age_s:g} s "
+                                        f"({too_old} older {ANCHOR} frames not searched)")
         raise SyncError("no_match", f"no {ANCHOR} frame buffered")
 
 
