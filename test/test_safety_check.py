@@ -174,6 +174,37 @@ def test_a_crossing_road_user_is_caught_by_its_constant_velocity_prediction():
     assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(parked,))) == []
 
 
+def test_the_following_rule_asks_for_room_to_stop_behind_what_is_in_the_path():
+    """follow_decel (off by default): at each waypoint the ego must be able to stop behind a road user in its path,
+    braking no harder than it would. A car standing 40 m ahead of a 10 m/s plan: a stop at 3 m/s^2 takes 16.7 m
+    plus the 2 m left standing, so the plan is flagged from the waypoint where less is left; a lead driving at the
+    ego's speed, a car in the next lane, and the check without the rule are not."""
+    from ddrive_ros.reflection.safety import Limits
+
+    rule = Limits(follow_decel=3.0)
+    standing = Obstacle(40.0, 0.0, 0.0, 4.5, 1.9)
+    v = next(v for v in check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=rule))
+             if v.kind == "following")
+    # gap at waypoint k: 40 - 2.25 (its half length) - (x_k + 1.4 + 2.3) (the ego front) = 34.05 - x_k; short of
+    # 18.67 from x = 20 (waypoint 3), and most (18.67: no gap left) where the plan runs into it
+    assert v.waypoints[0] == 3 and v.severity == pytest.approx(18.67, abs=0.01)
+    assert [x.kind for x in check(straight(10.0)[:2], T[:2], SafetyContext(10.0, obstacles=(standing,),
+                                                                             limits=rule))] == []
+    lead = Obstacle(20.0, 0.0, 0.0, 4.5, 1.9, vx=10.0)
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(lead,), limits=rule)) == []
+    next_lane = Obstacle(40.0, 3.5, 0.0, 4.5, 1.9)
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(next_lane,), limits=rule)) == []
+    assert "following" not in kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,))))
+    oncoming = Obstacle(60.0, 0.0, np.pi, 4.5, 1.9, vx=-5.0)  # in the lane, coming: stops count from zero speed
+    assert "following" in kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(oncoming,), limits=rule)))
+    slow = next(v for v in check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=rule))
+                if v.kind == "following")
+    found = search_anchor(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=rule), slow)
+    assert found is not None and found[0] == 3 and found[1][0] < 20.0  # slows the flagged waypoint
+    with pytest.raises(ValueError, match="follow_decel must be > 0"):
+        check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=Limits(follow_decel=0.0)))
+
+
 def test_leaving_the_corridor_is_flagged():
     plan = straight(10.0)
     plan[5:, 1] = 2.0  # a 2 m step to the left after waypoint 4

@@ -85,6 +85,10 @@ class Limits:
     # for the last 2 m of a change, so a rule asking for 1 m more there pushes the car past the target lane)
     change_underway_deg: float | None = None
     min_move_m: float = 0.25  # m, a shorter segment is standing still: its heading is held from the one before
+    # the following rule, off (None) unless asked for: at every waypoint the ego must be able to stop behind a road
+    # user in its path that brakes at `follow_decel` from there, braking no harder itself, `follow_gap_m` short of it
+    follow_decel: float | None = None  # m/s^2
+    follow_gap_m: float = 2.0  # m, gap left standing
 
 
 # The manoeuvre rule's thresholds: the label calls a lane change from 2 m of offset and a turn from 30 deg of heading
@@ -122,6 +126,7 @@ UNITS = {
     "ttc": "s short of min_ttc_s",
     "corridor": "m outside the corridor",
     "clearance": "m short of min_clearance_m",
+    "following": "m short of the gap to stop behind a road user in the path at follow_decel",
     "meta": "m (STOP: rolled past the tolerance; turn/change: to the wrong side past the tolerance)",
     "manoeuvre": "m (lane change: offset at the end, along the road) or rad (turn: heading at the end) short of "
                  "the manoeuvre the plan's meta names",
@@ -139,6 +144,7 @@ WEIGHTS = {
     "ttc": 1000.0,  # per road user
     "corridor": 1000.0,  # leaving the drivable area
     "clearance": 300.0,  # per road user
+    "following": 300.0,  # per road user: a stop behind it would need harder braking than follow_decel
     "meta": 30.0,  # the plan contradicts its own meta behaviour (STOP, and turn/change side: up to 2)
     "manoeuvre": 30.0,  # the meta names a lane change or turn the plan does not make (the meta tier)
     "speed": 10.0,
@@ -325,9 +331,12 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     out_box = np.maximum(np.maximum(lo - o_xy, o_xy - hi), 0.0)
     v_max = np.hypot(m["vel"][..., 0], m["vel"][..., 1]).max(axis=0)
     span = np.maximum(lim.min_clearance_m, (v_max[:, None] + np.hypot(*o_vel.T)[None]) * lim.min_ttc_s)
+    # the following rule looks as far ahead as a stop takes: over every pair, before the pruning below
+    follow = (_following_record(e_xy, yaw, m["speed"], o_xy, o_vel, o_yaw, o_half, e_half, lim)
+              if lim.follow_decel is not None else [])
     kq, nq = np.nonzero(np.hypot(out_box[..., 0], out_box[..., 1]) - reach[None] < span)
     if not len(kq):
-        return []
+        return follow
     # per pair q, for every plan c: arrays (C, Q)
     d = o_xy[kq, nq][None] - e_xy[:, kq]
     yq, hx, hy = yaw[:, kq], head[:, kq, 0], head[:, kq, 1]
@@ -351,15 +360,46 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     ttc_flags = contact <= lim.min_ttc_s
     ttc_short = lim.min_ttc_s - contact
     who, col = np.unique(nq, return_inverse=True)  # one column per road user near the plans
-    out: list[Record] = []
-    for kind, flags, excess in (("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep),
-                                ("ttc", ttc_flags, ttc_short)):
+    out: list[Record] = list(follow)
+    rules = [("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep), ("ttc", ttc_flags, ttc_short)]
+    for kind, flags, excess in rules:
         if flags.any():
             f, e = np.zeros((C, K, len(who)), bool), np.zeros((C, K, len(who)))
             f[:, kq, col] = flags
             e[:, kq, col] = np.where(flags, excess, 0.0)
             out.append((kind, e, f, who))
     return out
+
+
+def _following_record(e_xy: np.ndarray, yaw: np.ndarray, speed: np.ndarray, o_xy: np.ndarray, o_vel: np.ndarray,
+                      o_yaw: np.ndarray, o_half: np.ndarray, e_half: np.ndarray, lim: Limits) -> list[Record]:
+    """The following rule over every (plan, waypoint, road user): a road user is in the path at waypoint k when its
+    box, at its place then, lies ahead of the ego box along the ego's heading and overlaps it sideways; then the gap
+    between the boxes must hold the difference of the two stopping distances at `follow_decel` (the ego at its
+    segment speed, the road user at its speed along the ego's heading, none when it comes towards the ego) plus
+    `follow_gap_m`: if it braked that hard from there, the ego could stop behind it braking no harder."""
+    b = float(lim.follow_decel)
+    if b <= 0:
+        raise ValueError(f"follow_decel must be > 0 m/s^2, got {b}")
+    hx, hy = np.cos(yaw)[..., None], np.sin(yaw)[..., None]  # (C, K, 1)
+    d = o_xy[None] - e_xy[:, :, None]  # (C, K, N, 2)
+    lon = d[..., 0] * hx + d[..., 1] * hy
+    lat = -d[..., 0] * hy + d[..., 1] * hx
+    rel = o_yaw[None, None] - yaw[..., None]  # the road user's heading against the ego's
+    c, s_ = np.abs(np.cos(rel)), np.abs(np.sin(rel))
+    ext_lon = o_half[:, 0] * c + o_half[:, 1] * s_  # its half extent along the ego's heading
+    ext_lat = o_half[:, 0] * s_ + o_half[:, 1] * c
+    gap = lon - e_half[0] - ext_lon
+    in_path = (lon > 0.0) & (np.abs(lat) < e_half[1] + ext_lat) & (gap > -e_half[0])
+    v_lead = np.maximum(o_vel[:, 0][None, None] * hx + o_vel[:, 1][None, None] * hy, 0.0)
+    v_ego = speed[..., None]
+    need = np.maximum(v_ego ** 2 - v_lead ** 2, 0.0) / (2.0 * b) + lim.follow_gap_m
+    short = need - np.maximum(gap, 0.0)
+    flags = in_path & (short > 0.0)
+    if not flags.any():
+        return []
+    who = np.flatnonzero(flags.any(axis=(0, 1)))
+    return [("following", np.where(flags, short, 0.0)[..., who], flags[..., who], who)]
 
 
 def _corridor_records(P: np.ndarray, m: dict[str, np.ndarray], ctx: SafetyContext) -> list[Record]:
