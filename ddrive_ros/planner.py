@@ -13,7 +13,7 @@ import torch
 from ddrive_ros import checkpoint as ckpt
 from ddrive_ros.decoding import logit_bias
 from ddrive_ros.decoding.block_loop import DecodeOptions, decode
-from ddrive_ros.decoding.reflect import make_reflector
+from ddrive_ros.decoding.reflect import REPAIRS, make_reflector
 from ddrive_ros.decoding.strategies import make_strategy, uses_block_size_one
 from ddrive_ros.kinematic_draft import kinematic_ids
 from ddrive_ros.observation import Observation
@@ -46,6 +46,8 @@ class Planner:
         self.logit_bias = logit_bias.parse(spec, "logit_bias")  # {field: {value: offset}}, for the record
         self._bias_entries = logit_bias.entries(self.layout, self.logit_bias)
         make_reflector(opt.reflect, self.codec, SafetyContext(v0=0.0))  # an unknown mode fails here, not per plan
+        if opt.safety_repair not in REPAIRS:
+            raise ValueError(f"safety_repair must be one of {', '.join(REPAIRS)}, got {opt.safety_repair!r}")
         follows_meta(opt.follow_meta_speed, {})  # so does an unknown follow_meta_speed
         if opt.accel_clip is not None and not (len(opt.accel_clip) == 2 and opt.accel_clip[0] < opt.accel_clip[1]):
             raise ValueError(f"accel_clip must be (lo, hi) with lo < hi, got {opt.accel_clip!r}")
@@ -130,7 +132,7 @@ class Planner:
             if opt.reflect in ("safety", "both") and context is None:
                 context = SafetyContext(v0=float(obs.speed))
             reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds,
-                                                      opt.manoeuvre_resamples))
+                                                      opt.manoeuvre_resamples, opt.safety_repair))
         draft, source = None, ""
         if self._uses_prior and self._previous is not None:
             draft, source = prior_ids(self.codec, *self._previous, obs.stamp), "previous"

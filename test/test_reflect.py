@@ -143,6 +143,46 @@ def test_safety_reflection_repairs_a_plan_driving_into_a_box():
     assert not (fixed != rec.draft).numpy()[:, ~traj].any()
 
 
+def test_safety_reflection_brake_repair_slows_the_whole_plan_along_its_path():
+    """repair="brake": a plan driving straight at 6 m/s into a box is written as a slow-down along its own path,
+    braking from now (safety.search_brake): the safety cost falls, the waypoints stay on the drafted line, and every
+    non-trajectory token is untouched. An unknown repair is refused."""
+    planner = _random_planner("trajectory_only", decoder="speculative")
+    layout, codec = planner.layout, planner.codec
+    prompt = _prompt(planner, 2)
+    times = codec.decode(decode(planner.backend, layout, prompt, planner.strategy)[0][0].numpy()).waypoint_times
+    box = safety.Obstacle(x=float(times[-2]) * 6.0 + 1.4, y=0.0, yaw=0.0, length=4.5, width=2.0)
+    ctx = safety.SafetyContext(v0=6.0, obstacles=(box,))
+    rec = _Drives(codec, SafetyReflect(codec, ctx, rounds=3, repair="brake"), 6.0)
+    fixed, stats = decode(planner.backend, layout, prompt, planner.strategy, reflect=rec)
+    draft = codec.decode(rec.draft[0].numpy())
+    after_plan = codec.decode(fixed[0].numpy())
+    before = safety.cost(safety.check(draft.waypoints, draft.waypoint_times, ctx))
+    after = safety.cost(safety.check(after_plan.waypoints, after_plan.waypoint_times, ctx))
+    assert before > 0 and after < before, (before, after, stats.reflect)
+    assert np.allclose(after_plan.waypoints[:, 1], 0.0, atol=0.051)  # on the drafted line
+    assert after_plan.waypoints[-1, 0] < draft.waypoints[-1, 0] - 1.0  # slowed
+    names = layout.schema.section_names
+    traj = (np.asarray(layout.section) == names.index("trajectory")) & np.asarray(layout.editable)
+    assert not (fixed != rec.draft).numpy()[:, ~traj].any()
+    with pytest.raises(ValueError, match="safety repair must be one of inpaint, brake"):
+        SafetyReflect(codec, ctx, repair="swerve")
+
+
+class _Drives:
+    """Hands the inner reflector the decoded plan with its trajectory set straight ahead at `speed`."""
+
+    def __init__(self, codec, inner, speed: float):
+        self.codec, self.inner, self.speed, self.draft = codec, inner, speed, None
+
+    def __call__(self, backend, layout, out, start, strategy, stats):
+        plan = self.codec.decode(out[0].numpy())
+        plan.waypoints = np.stack([plan.waypoint_times * self.speed, np.zeros_like(plan.waypoint_times)], axis=1)
+        out = torch.as_tensor(self.codec.encode(plan).ids)[None].to(out)
+        self.draft = out.clone()
+        return self.inner(backend, layout, out, start, strategy, stats)
+
+
 class _NamesALeftChange:
     """Hands SafetyReflect the decoded plan with its lateral meta set to LEFT_CHANGE and its trajectory straight
     ahead: a plan whose meta names a lane change its trajectory does not make."""

@@ -205,6 +205,32 @@ def test_the_following_rule_asks_for_room_to_stop_behind_what_is_in_the_path():
         check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=Limits(follow_decel=0.0)))
 
 
+def test_search_brake_stops_short_of_a_box_as_gently_as_it_can_along_the_plans_path():
+    """search_brake re-times the plan along its own path, braking from now with a ramped deceleration: a box 40 m
+    ahead of a 12 m/s plan needs about 3 m/s^2, one 70 m ahead 1 m/s^2, a safe plan nothing; a curved plan keeps
+    its path."""
+    from ddrive_ros.reflection.safety import brake_distance, search_brake
+
+    d = brake_distance(12.0, np.array([0.0, 0.5, 1.0, 10.0]), 3.0, 2.5)
+    assert d[0] == 0.0 and d[1] == pytest.approx(12.0 * 0.5 - 2.5 * 0.5 ** 3 / 6)  # still on the ramp at 0.5 s
+    assert d[-1] == pytest.approx(31.02, abs=0.01)  # stands: ramp 1.2 s, then 3 m/s^2
+    assert brake_distance(1.0, np.array([10.0]), 3.0, 2.5)[0] == pytest.approx(1.0 * np.sqrt(0.8) - 2.5 * 0.8 ** 1.5 / 6)
+    plan = straight(12.0)
+    for x_box, stops in ((40.0, True), (70.0, False)):
+        ctx = SafetyContext(12.0, obstacles=(Obstacle(x_box, 0.0, 0.0, 4.5, 1.9),))
+        slowed = search_brake(plan, T, ctx)
+        assert slowed is not None and check(slowed, T, ctx) == []
+        assert np.all(slowed[:, 0] <= plan[:, 0] + 1e-9) and np.all(np.diff(slowed[:, 0]) >= -1e-9)
+        assert (slowed[-1, 0] - slowed[-2, 0] < 0.1) == stops  # standing at the end only for the near box
+    assert search_brake(plan, T, SafetyContext(12.0)) is None  # nothing to fix
+    curve = arc(8.0, 30.0)
+    ctx = SafetyContext(8.0, obstacles=(Obstacle(*curve[-2], 0.9, 4.5, 1.9),))
+    slowed = search_brake(curve, T, ctx)
+    assert slowed is not None
+    radius = np.hypot(slowed[:, 0] - 0.0, slowed[:, 1] - 30.0)  # on the same circle (centre (0, 30))
+    assert np.allclose(radius, 30.0, atol=0.1)  # within the chords of the drafted polyline
+
+
 def test_leaving_the_corridor_is_flagged():
     plan = straight(10.0)
     plan[5:, 1] = 2.0  # a 2 m step to the left after waypoint 4

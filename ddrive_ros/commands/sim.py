@@ -81,6 +81,10 @@ def register(sub) -> None:
     p.add_argument("--safety-limits", type=safety_limits_arg, default=None, metavar="NAME=VALUE,...",
                    help="in-process safety rows: thresholds of the check (reflection/safety.Limits fields, e.g. "
                         "min_ttc_s=2,min_clearance_m=0.5; default: Limits()'s)")
+    p.add_argument("--safety-repair", choices=("inpaint", "brake"), default=None,
+                   help="in-process safety rows: anchor the earliest offending waypoint and decode the rest again "
+                        "(inpaint), or brake from now along the plan's own path, as gently as the check allows (brake) "
+                        "(PlannerOptions.safety_repair; default: the planner's, inpaint)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -344,6 +348,8 @@ def run(args: argparse.Namespace) -> int:
                     raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
                 if args.ros and args.no_draft_previous:
                     raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
+                if args.ros and args.safety_repair is not None:
+                    raise ValueError("--safety-repair applies to in-process planners; the node repairs by inpainting")
                 if args.ros and args.safety_limits:
                     raise ValueError("--safety-limits applies to in-process planners; the node checks with the default "
                                      "limits")
@@ -378,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
                                                              draft_previous=not args.no_draft_previous,
                                                              follow_meta_speed=args.follow_meta_speed or "off",
                                                              start_on_meta=bool(args.start_on_meta),
+                                                         **({"safety_repair": args.safety_repair}
+                                                            if args.safety_repair else {}),
                                                              **smoothing_option(args), **accel_clip_option(args),
                                                              **manoeuvre_option(args), **logit_bias_option(args)))
                     warm_up(planner)
@@ -532,6 +540,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),
                       "safety_limits": getattr(args, "safety_limits", None) or {},
+                      "safety_repair": getattr(args, "safety_repair", None) or "inpaint",
                       "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])

@@ -84,6 +84,9 @@ class AutoEdit:
         return out
 
 
+REPAIRS = ("inpaint", "brake")
+
+
 @dataclass
 class SafetyReflect:
     codec: Codec
@@ -91,9 +94,15 @@ class SafetyReflect:
     rounds: int = 3
     resamples: int = 0  # trajectory samples for a manoeuvre not made (0: never, and the rule is not checked)
     resample_temperature: float = 0.6
+    # "inpaint": the earliest offending waypoint is anchored (safety.search_anchor) and the model decodes the later
+    # ones again, ReflectDrive's way; "brake": the whole trajectory is written as the gentlest slow-down along its own
+    # path that the check scores better (safety.search_brake), braking from now
+    repair: str = "inpaint"
     name: str = "safety"
 
     def __post_init__(self) -> None:
+        if self.repair not in REPAIRS:
+            raise ValueError(f"safety repair must be one of {', '.join(REPAIRS)}, got {self.repair!r}")
         lim = self.context.limits
         # without the road's lanes the manoeuvre rule cannot tell a lane change already under way, and resampling
         # pushes it further: on 360 validation episodes with the road users as static boxes (the node's case) it cost
@@ -136,19 +145,26 @@ class SafetyReflect:
                 anchorable = [v for v in violations if v.kind in safety.ANCHORED]
                 if c <= 0 or not anchorable:
                     continue
-                worst = max(anchorable, key=lambda v: safety.cost([v]))
-                found = safety.search_anchor(plan.waypoints, plan.waypoint_times, self.context, worst,
-                                             plan.meta.longitudinal if plan.meta else None,
-                                             plan.meta.lateral if plan.meta else None)
-                if found is None:
-                    continue
-                k, xy = found
+                lon, lat = (plan.meta.longitudinal, plan.meta.lateral) if plan.meta else (None, None)
                 keep = torch.zeros_like(traj_editable)
-                for j in range(k):  # the waypoints before the anchor stay
-                    keep[self.codec.waypoint_positions(j)] = True
-                for p, tok in self.codec.waypoint_tokens(k, np.asarray(xy)).items():
-                    x[r, p] = tok
-                    keep[p] = True
+                if self.repair == "brake":
+                    slowed = safety.search_brake(plan.waypoints, plan.waypoint_times, self.context, lon, lat)
+                    if slowed is None:
+                        continue
+                    written = list(enumerate(slowed))  # every waypoint: the slow-down as scored
+                else:
+                    worst = max(anchorable, key=lambda v: safety.cost([v]))
+                    found = safety.search_anchor(plan.waypoints, plan.waypoint_times, self.context, worst, lon, lat)
+                    if found is None:
+                        continue
+                    k, xy = found
+                    for j in range(k):  # the waypoints before the anchor stay
+                        keep[self.codec.waypoint_positions(j)] = True
+                    written = [(k, np.asarray(xy))]
+                for j, xy in written:
+                    for p, tok in self.codec.waypoint_tokens(j, xy).items():
+                        x[r, p] = tok
+                        keep[p] = True
                 pinned[r] = keep & traj_editable
                 x[r] = torch.where(traj_editable & ~keep, template, x[r])  # the rest is masked again
                 anchored += 1
@@ -230,7 +246,8 @@ class Chain:
 
 
 def make_reflector(mode: str, codec: Codec, context: safety.SafetyContext | None, autoedit_tau: float = 0.5,
-                   safety_rounds: int = 3, manoeuvre_resamples: int = PlannerOptions.manoeuvre_resamples) -> Any | None:
+                   safety_rounds: int = 3, manoeuvre_resamples: int = PlannerOptions.manoeuvre_resamples,
+                   safety_repair: str = PlannerOptions.safety_repair) -> Any | None:
     """The reflector for a mode (None for off). `context` is required for safety modes."""
     if mode not in MODES:
         raise ValueError(f"unknown reflect mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -242,7 +259,8 @@ def make_reflector(mode: str, codec: Codec, context: safety.SafetyContext | None
             raise ValueError(f"reflect={mode} needs a safety context (at least the ego speed)")
         if manoeuvre_resamples < 0:
             raise ValueError(f"manoeuvre_resamples must be >= 0, got {manoeuvre_resamples}")
-        steps.append(SafetyReflect(codec, context, rounds=safety_rounds, resamples=manoeuvre_resamples))
+        steps.append(SafetyReflect(codec, context, rounds=safety_rounds, resamples=manoeuvre_resamples,
+                                   repair=safety_repair))
     if not steps:
         return None
     return steps[0] if len(steps) == 1 else Chain(steps)
