@@ -95,8 +95,9 @@ class SafetyReflect:
     resamples: int = 0  # trajectory samples for a manoeuvre not made (0: never, and the rule is not checked)
     resample_temperature: float = 0.6
     # "inpaint": the earliest offending waypoint is anchored (safety.search_anchor) and the model decodes the later
-    # ones again, ReflectDrive's way; "brake": the whole trajectory is written as the gentlest slow-down along its own
-    # path that the check scores better (safety.search_brake), braking from now
+    # ones again, ReflectDrive's way; "brake": for a road user (the worst violation a collision, ttc, clearance or
+    # following) the whole trajectory is written as the gentlest slow-down along its own path that the check scores
+    # better (safety.search_brake), braking from now; the plan's own kinematics and meta are mended as with inpaint
     repair: str = "inpaint"
     name: str = "safety"
 
@@ -147,13 +148,13 @@ class SafetyReflect:
                     continue
                 lon, lat = (plan.meta.longitudinal, plan.meta.lateral) if plan.meta else (None, None)
                 keep = torch.zeros_like(traj_editable)
-                if self.repair == "brake":
+                worst = max(anchorable, key=lambda v: safety.cost([v]))
+                if self.repair == "brake" and worst.kind in safety.ROAD_USER_KINDS:
                     slowed = safety.search_brake(plan.waypoints, plan.waypoint_times, self.context, lon, lat)
                     if slowed is None:
                         continue
                     written = list(enumerate(slowed))  # every waypoint: the slow-down as scored
-                else:
-                    worst = max(anchorable, key=lambda v: safety.cost([v]))
+                else:  # the plan's own kinematics or meta: the anchor, as with inpaint
                     found = safety.search_anchor(plan.waypoints, plan.waypoint_times, self.context, worst, lon, lat)
                     if found is None:
                         continue

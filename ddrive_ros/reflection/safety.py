@@ -158,6 +158,8 @@ WEIGHTS = {
 # the kinds a moved waypoint can mend. A manoeuvre not made is not one: moving one waypoint sideways makes a
 # kink, not a lane change or a turn; SafetyReflect resamples the trajectory for it instead (decoding/reflect.py)
 ANCHORED = frozenset(WEIGHTS) - {"manoeuvre"}
+# the kinds about a road user: what a slow-down along the plan's path (search_brake) is for
+ROAD_USER_KINDS = frozenset({"collision", "ttc", "clearance", "following"})
 
 
 def cost(violations: list[Violation]) -> float:
