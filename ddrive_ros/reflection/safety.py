@@ -537,35 +537,32 @@ def search_anchor(waypoints: np.ndarray, times: np.ndarray, context: SafetyConte
     return k, anchors[best].copy()
 
 
-def brake_distance(v0: float, t: np.ndarray, decel: float, jerk: float) -> np.ndarray:
-    """Distance travelled at times t >= 0 by a vehicle at v0 that starts braking at t = 0: the deceleration ramps up
-    at `jerk` to `decel`, then holds until it stands (and it stands from then on)."""
+def brake_distance(v0: float, t: np.ndarray, decel: float, jerk: float, decel0: float = 0.0) -> np.ndarray:
+    """Distance travelled at times t >= 0 by a vehicle at v0 braking at `decel0` at t = 0 (0: not braking) whose
+    deceleration then moves to `decel` at `jerk` (m/s^3) and holds until it stands (and it stands from then on);
+    integrated on a 10 ms grid."""
     t = np.asarray(t, dtype=float)
-    v0, a, j = max(float(v0), 0.0), float(decel), float(jerk)
-    t1 = a / j  # end of the ramp
-    v1 = v0 - 0.5 * j * t1 ** 2
-    if v1 <= 0.0:  # stands during the ramp: v0 = j t^2 / 2
-        ts = np.sqrt(2.0 * v0 / j)
-        tc = np.minimum(t, ts)
-        return v0 * tc - j * tc ** 3 / 6.0
-    d1 = v0 * t1 - j * t1 ** 3 / 6.0
-    t2 = t1 + v1 / a  # stands
-    tc = np.clip(t - t1, 0.0, t2 - t1)
-    ramp = np.minimum(t, t1)
-    return np.where(t <= t1, v0 * ramp - j * ramp ** 3 / 6.0, d1 + v1 * tc - 0.5 * a * tc ** 2)
+    dt = 0.01
+    grid = np.arange(0.0, float(t.max(initial=0.0)) + 2 * dt, dt)
+    step = np.clip(jerk * grid, 0.0, abs(decel - decel0))
+    a = decel0 + np.sign(decel - decel0) * step
+    v = np.maximum(float(v0) - np.concatenate([[0.0], np.cumsum(0.5 * (a[1:] + a[:-1]) * dt)]), 0.0)
+    d = np.concatenate([[0.0], np.cumsum(0.5 * (v[1:] + v[:-1]) * dt)])
+    return np.interp(t, grid, d)
 
 
 BRAKE_DECELS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)  # m/s^2, gentlest first
-BRAKE_JERK = 2.5  # m/s^3, the ramp into each: below the 4.13 of the comfort bound once the controller smooths it
+BRAKE_JERKS = (2.5, 10.0)  # m/s^3: a ramp the comfort bound (4.13) passes once the controller smooths it; a hard one
 
 
 def search_brake(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, longitudinal: str | None = None,
                  lateral: str | None = None, decels: tuple[float, ...] = BRAKE_DECELS,
-                 jerk: float = BRAKE_JERK) -> np.ndarray | None:
+                 jerks: tuple[float, ...] = BRAKE_JERKS) -> np.ndarray | None:
     """A slow-down of the whole plan along its own path, or None: the plan re-timed so that it brakes from now,
-    the deceleration ramping up at `jerk` to one of `decels` and held until it stands, never ahead of where the plan
-    itself would be. Each is scored by `cost(check(...))` in one pass; the lowest cost wins, ties going to the
-    gentlest. Returns the new waypoints (K, 2) when the winner costs less than the plan as it is.
+    its deceleration moving from the plan's own at the start (its first waypoint's, if it brakes) to one of `decels`
+    at one of `jerks`, held until it stands, never ahead of where the plan itself would be. Each is scored by
+    `cost(check(...))` in one pass; the lowest cost wins, ties going to the gentlest (lowest deceleration, then
+    jerk). Returns the new waypoints (K, 2) when the winner costs less than the plan as it is.
 
     Unlike `search_anchor`, which moves the earliest offending waypoint and so squeezes the slow-down into the
     segment before it (a road user found 3 s ahead became a stop within half a second), this starts braking at once,
@@ -575,10 +572,12 @@ def search_brake(waypoints: np.ndarray, times: np.ndarray, context: SafetyContex
     s = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
     s += np.arange(len(s)) * 1e-9  # strictly increasing through standing segments, for np.interp
     own = s[1:]
+    decel0 = float(np.clip(-_motion(p[None], t, context.v0, context.limits)["accel"][0, 0], 0.0, max(decels)))
     cand = []
     for a in decels:
-        at = np.minimum(brake_distance(context.v0, t, a, jerk), own)
-        cand.append(np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=-1))
+        for j in jerks:
+            at = np.minimum(brake_distance(context.v0, t, a, j, decel0), own)
+            cand.append(np.stack([np.interp(at, s, line[:, 0]), np.interp(at, s, line[:, 1])], axis=-1))
     batch = np.concatenate([p[None], np.stack(cand)])
     costs = _batch_cost(_assess(batch, t, context, longitudinal, lateral), len(batch))
     base, costs = costs[0], costs[1:]
