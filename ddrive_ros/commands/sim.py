@@ -82,9 +82,10 @@ def register(sub) -> None:
                    help="in-process safety rows: thresholds of the check (reflection/safety.Limits fields, e.g. "
                         "min_ttc_s=2,min_clearance_m=0.5; default: Limits()'s)")
     p.add_argument("--safety-repair", choices=("inpaint", "brake"), default=None,
-                   help="in-process safety rows: anchor the earliest offending waypoint and decode the rest again "
+                   help="safety rows (in-process, or the node's safety_repair parameter with --ros): anchor the "
+                        "earliest offending waypoint and decode the rest again "
                         "(inpaint), or brake from now along the plan's own path, as gently as the check allows (brake) "
-                        "(PlannerOptions.safety_repair; default: the planner's, inpaint)")
+                        "(PlannerOptions.safety_repair; default: the planner's)")
     p.add_argument("--speed-smoothing", type=float, default=None, metavar="WEIGHT",
                    help="jerk penalty of the speed profile along the decoded path (speed_smoothing.py; 0 off; "
                         "default: the planner's)")
@@ -348,8 +349,6 @@ def run(args: argparse.Namespace) -> int:
                     raise ValueError("--accel-clip applies to in-process planners; the node has no such parameter")
                 if args.ros and args.no_draft_previous:
                     raise ValueError("--no-draft-previous applies to in-process planners; the node takes its draft_previous parameter")
-                if args.ros and args.safety_repair is not None:
-                    raise ValueError("--safety-repair applies to in-process planners; the node repairs by inpainting")
                 if args.ros and args.safety_limits:
                     raise ValueError("--safety-limits applies to in-process planners; the node checks with the default "
                                      "limits")
@@ -365,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
                         checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
                         tree_rows=args.tree_rows if decoder == "speculative" else 1,
                         tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
-                        track_obstacles=safety_perception(args) == "tracked",
+                        track_obstacles=safety_perception(args) == "tracked", safety_repair=args.safety_repair,
                         domain_id=None if args.domain_id is None else args.domain_id + i,
                         log_path=node_log_dir / f"{node_log_prefix}node_{i}_{decoder}_n{n}.log"))
                     bridges[name] = bridge
@@ -526,6 +525,7 @@ def episode_records(runs: list) -> list[dict]:
 
 
 def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: dict) -> None:
+    from ddrive_ros.planner_options import PlannerOptions
     from ddrive_ros.sim.breakdown import breakdown
     from ddrive_ros.timeline import ACCEL_WINDOW_S
 
@@ -540,7 +540,7 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),
                       "safety_limits": getattr(args, "safety_limits", None) or {},
-                      "safety_repair": getattr(args, "safety_repair", None) or "inpaint",
+                      "safety_repair": getattr(args, "safety_repair", None) or PlannerOptions.safety_repair,
                       "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}
     doc["by_situation"] = breakdown(doc["episodes"])

@@ -64,8 +64,8 @@ P_DOUBLE = Parameter.Type.DOUBLE
 # parameters whose new value the node applies at run time (the rest are read-only or read at use)
 SYNC_PARAMS = ("sync_tolerance_s", "max_input_age_s", "frame_history_s", "odom_wait_s")
 KNOB_PARAMS = ("tau", "steps")
-PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "speed_smoothing",
-                      "follow_meta_speed", "start_on_meta")  # read once per plan
+PLAN_OPTION_PARAMS = ("reflect", "autoedit_tau", "safety_rounds", "manoeuvre_resamples", "safety_repair",
+                      "speed_smoothing", "follow_meta_speed", "start_on_meta")  # read once per plan
 
 
 def sensor_qos(depth: int) -> QoSProfile:
@@ -462,10 +462,12 @@ class PlannerCore:
         opt.reflect, opt.autoedit_tau, opt.safety_rounds = (self._p("reflect"), self._p("autoedit_tau"),
                                                             self._p("safety_rounds"))
         opt.manoeuvre_resamples = self._p("manoeuvre_resamples")
+        opt.safety_repair = self._p("safety_repair")
         opt.speed_smoothing = self._p("speed_smoothing")
         opt.follow_meta_speed = self._p("follow_meta_speed")
         opt.start_on_meta = self._p("start_on_meta")
         self.model_info["reflect"] = opt.reflect
+        self.model_info["safety_repair"] = opt.safety_repair
         self.model_info["speed_smoothing"] = opt.speed_smoothing
         self.model_info["follow_meta_speed"] = opt.follow_meta_speed
         self.model_info["start_on_meta"] = opt.start_on_meta
@@ -701,7 +703,8 @@ class PlannerCore:
         else:
             inputs = Status(0, "inputs fresh", values)
 
-        values = {"reflect": self._p("reflect"), "track_obstacles": self._p("track_obstacles"),
+        values = {"reflect": self._p("reflect"), "safety_repair": self._p("safety_repair"),
+                  "track_obstacles": self._p("track_obstacles"),
                   "speed_smoothing": self._p("speed_smoothing"),
                   "follow_meta_speed": self._p("follow_meta_speed"), "start_on_meta": self._p("start_on_meta"),
                   "reflect_edited_tokens": self.reflect_edits,

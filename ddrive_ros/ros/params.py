@@ -85,6 +85,10 @@ PARAMETERS: dict[str, Spec] = {
     "manoeuvre_resamples": Spec(_OPT.manoeuvre_resamples, P.PARAMETER_INTEGER,
                              "safety: trajectories sampled when the meta names a lane change or turn the plan does not make; "
                              "0 = never; needs a drivable corridor, which the node has not: skipped there", range=(0, 16)),
+    "safety_repair": Spec(_OPT.safety_repair, P.PARAMETER_STRING,
+                          "safety: how a plan that meets a road user is mended: inpaint (anchor the first offending "
+                          "waypoint, decode the rest again) or brake (slow the whole plan along its own path from now, "
+                          "as gently as the check allows; reflection/safety.search_brake)", choices=("inpaint", "brake")),
     "track_obstacles": Spec(True, P.PARAMETER_BOOL,
                             "safety: follow the ~/input/obstacles boxes from set to set for their velocities and move them "
                             "to the plan's time and pose (reflection/tracking.py); false: check them standing where they "

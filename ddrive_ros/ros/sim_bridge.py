@@ -72,6 +72,7 @@ class NodeBridgeOptions:
     tree_depth: int = 1  # the node's tree_depth parameter
     logit_bias: str = "checkpoint"  # the node's logit_bias parameter
     track_obstacles: bool = True  # the node's track_obstacles parameter (velocities from the boxes, set to set)
+    safety_repair: str | None = None  # the node's safety_repair parameter (None: its default)
 
 
 class NodeBridge:
@@ -90,7 +91,8 @@ class NodeBridge:
                   "rollouts": opts.rollouts, "planning_rate_hz": PLANNING_RATE_HZ, "fallback": "none",
                   "num_threads": opts.num_threads, "reflect": opts.reflect, "tree_rows": opts.tree_rows,
                   "tree_depth": opts.tree_depth, "logit_bias": opts.logit_bias,
-                  "track_obstacles": opts.track_obstacles}
+                  "track_obstacles": opts.track_obstacles,
+                  **({"safety_repair": opts.safety_repair} if opts.safety_repair else {})}
         # the node's ~/input/* onto the topics this bridge publishes (the package's bag topics)
         self.node_proc = NodeProcess(params, self.domain, Path(opts.log_path), remaps=I.bag_remaps(False))
         self.plan_topic = I.resolve(I.OUTPUT_PLAN)
