@@ -132,7 +132,7 @@ def test_safety_reflection_repairs_a_plan_driving_into_a_box():
                                                     max_lateral_accel=1e4))
     before = safety.cost(safety.check(draft.waypoints, draft.waypoint_times, ctx))
     assert before > 0
-    rec = _Recorder(SafetyReflect(codec, ctx, rounds=3))
+    rec = _Recorder(SafetyReflect(codec, ctx, rounds=3, repair="inpaint"))
     fixed, stats = decode(planner.backend, layout, prompt, planner.strategy, reflect=rec)
     after_plan = codec.decode(fixed[0].numpy())
     after = safety.cost(safety.check(after_plan.waypoints, after_plan.waypoint_times, ctx))

@@ -98,7 +98,7 @@ class SafetyReflect:
     # ones again, ReflectDrive's way; "brake": for a road user (the worst violation a collision, ttc, clearance or
     # following) the whole trajectory is written as the gentlest slow-down along its own path that the check scores
     # better (safety.search_brake), braking from now; the plan's own kinematics and meta are mended as with inpaint
-    repair: str = "inpaint"
+    repair: str = PlannerOptions.safety_repair
     name: str = "safety"
 
     def __post_init__(self) -> None:
