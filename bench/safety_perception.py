@@ -6,8 +6,10 @@
 Each row pools the runs of one setting over the validation seeds: reflect off (the `speculative` row of
 `sim_60_val{S}_fast_ddrive_brake_objects_bins.json`), the check with static boxes, with the same boxes tracked for
 their velocities (what the node does with ~/input/obstacles, track_obstacles), with road users and their true
-velocities, with road users and the route corridor (the `speculative+safety` rows of `..._safety_boxes_m0.json`,
-`..._safety_tracked.json`, `..._safety_objects_m0.json`, `..._safety.json`), and the IDM planner
+velocities, the same with the brake repair (the node's defaults since round 17), with road users and the route
+corridor (the `speculative+safety` rows of `..._safety_boxes_m0.json`, `..._safety_tracked.json`,
+`..._safety_tracked_brake.json`, `..._safety_objects_m0.json`, `..._safety.json`; all but the brake row repaired by
+inpainting), and the IDM planner
 (`sim_60_val{S}_idm.json`). Printed: PDMS, at-fault collisions, episodes off the road and episodes failing a comfort
 bound, and each learned row's paired PDMS difference against reflect off with its standard error. The picture draws
 PDMS, at-fault collisions, drives off the road and comfort fails as bars.
@@ -28,7 +30,9 @@ RESULTS = Path("bench/results")
 SETTINGS = [
     ("reflect off (default)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins.json", "speculative"),
     ("static boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_boxes_m0.json", "speculative+safety"),
-    ("tracked boxes (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked.json", "speculative+safety"),
+    ("tracked boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked.json", "speculative+safety"),
+    ("tracked boxes, brake repair (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake.json",
+     "speculative+safety"),
     ("road users, no map", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_objects_m0.json", "speculative+safety"),
     ("road users + corridor", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety.json", "speculative+safety"),
     ("IDM lane follower", "sim_60_val{seed}_idm.json", "idm planner"),
