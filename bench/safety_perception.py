@@ -31,7 +31,7 @@ SETTINGS = [
     ("reflect off (default)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins.json", "speculative"),
     ("static boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_boxes_m0.json", "speculative+safety"),
     ("tracked boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked.json", "speculative+safety"),
-    ("tracked boxes, brake repair (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake.json",
+    ("tracked + brake (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake.json",
      "speculative+safety"),
     ("road users, no map", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_objects_m0.json", "speculative+safety"),
     ("road users + corridor", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety.json", "speculative+safety"),
