@@ -418,9 +418,9 @@ class PlannerCore:
         self.get_logger().warn(
             f"reflect={self.planner.options.reflect} and nothing received on ~/input/obstacles yet: the safety check "
             "sees only the ego's kinematics and the plan's meta, which in the closed loop gained nothing over "
-            "reflect off (docs/reflection.md, 'Safety reflection without perception'); wire the obstacles (with them "
-            "it removed most at-fault collisions: 'With the road users and no map'), or set reflect off. The node has "
-            "no map, so manoeuvre resampling is skipped and repairs only slow along the plan")
+            "reflect off (docs/reflection.md, 'Safety reflection without perception'); wire the obstacles (tracked and "
+            "braked for, they removed every at-fault collision in the simulator: 'Braking from now'), or set reflect "
+            "off. The node has no map, so manoeuvre resampling is skipped and repairs only slow along the plan")
 
     def _tracked_context(self, obs: Observation) -> tuple[SafetyContext, dict[str, Any]]:
         """track_obstacles: the sets received up to the observation go through the tracker (each placed with the
