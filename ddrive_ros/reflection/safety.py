@@ -363,8 +363,8 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     ttc_short = lim.min_ttc_s - contact
     who, col = np.unique(nq, return_inverse=True)  # one column per road user near the plans
     out: list[Record] = list(follow)
-    rules = [("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep), ("ttc", ttc_flags, ttc_short)]
-    for kind, flags, excess in rules:
+    for kind, flags, excess in (("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep),
+                                ("ttc", ttc_flags, ttc_short)):
         if flags.any():
             f, e = np.zeros((C, K, len(who)), bool), np.zeros((C, K, len(who)))
             f[:, kq, col] = flags
@@ -552,7 +552,7 @@ def brake_distance(v0: float, t: np.ndarray, decel: float, jerk: float, decel0: 
 
 
 BRAKE_DECELS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0)  # m/s^2, gentlest first
-BRAKE_JERKS = (2.5, 10.0)  # m/s^3: a ramp the comfort bound (4.13) passes once the controller smooths it; a hard one
+BRAKE_JERKS = (2.5, 10.0)  # m/s^3: a gentle ramp, under the comfort bound's 4.13, and a hard one for emergencies
 
 
 def search_brake(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, longitudinal: str | None = None,

@@ -409,7 +409,8 @@ class PlannerCore:
                 age_ms = round((obs.stamp - stamp) * 1e3, 3)
             else:
                 self.stale_obstacles += 1
-        return SafetyContext(v0=float(obs.speed), obstacles=boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms}
+        return SafetyContext(v0=float(obs.speed), obstacles=boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms,
+                                                                      "obstacles_tracked": False}
 
     def _warn_no_obstacles(self) -> None:
         if self._warned_no_obstacles:
@@ -444,12 +445,13 @@ class PlannerCore:
                            f"stamp (odometry held from {first} to {last})")
                 continue
             self.tracker.update(stamp, tuple(float(v) for v in pose), boxes)
+        none = {"obstacles": 0, "obstacles_age_ms": None, "obstacles_tracked": True}
         if self.tracker.stamp is None:
             self._warn_no_obstacles()
-            return SafetyContext(v0=float(obs.speed)), {"obstacles": 0, "obstacles_age_ms": None}
+            return SafetyContext(v0=float(obs.speed)), none
         if abs(obs.stamp - self.tracker.stamp) > self._p("max_input_age_s"):
             self.stale_obstacles += 1
-            return SafetyContext(v0=float(obs.speed)), {"obstacles": 0, "obstacles_age_ms": None}
+            return SafetyContext(v0=float(obs.speed)), none
         boxes = self.tracker.obstacles_at(obs.stamp, obs.meta["odom_pose"])
         return (SafetyContext(v0=float(obs.speed), obstacles=boxes),
                 {"obstacles": len(boxes), "obstacles_age_ms": round((obs.stamp - self.tracker.stamp) * 1e3, 3),
@@ -712,7 +714,8 @@ class PlannerCore:
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
                                                       for k in row})) or "none",
                   "plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
-                  "no_new_set": self.no_new_set, "last_no_observation": self.last_no_observation, "warming_up": self.warming_up, "catch_ups": self.catch_ups, "late_sets": self.late_sets,
+                  "no_new_set": self.no_new_set, "last_no_observation": self.last_no_observation,
+                  "warming_up": self.warming_up, "catch_ups": self.catch_ups, "late_sets": self.late_sets,
                   "fallback_plans": self.fallback_plans,
                   "fallback_active": self._fallback_state == "active", "fallback_expired": self.fallback_expired,
                   "plan_errors": self.plan_errors, "plan_errors_in_window": recent_errors,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ddrive_ros.reflection.safety import Corridor, Limits, Obstacle, SafetyContext
+from ddrive_ros.reflection.tracking import BoxTracker
 from ddrive_ros.sim.closed_loop import ClosedLoopWorld
 from ddrive_ros.sim.road import LANE_WIDTH
 from ddrive_ros.sim.scenario import EGO_CENTER_OFFSET, EGO_LENGTH, EGO_WIDTH
@@ -88,17 +89,14 @@ class TrackedBoxes:
     velocities at the plan's step, no corridor. One instance per driver: a new world starts a new track."""
 
     def __init__(self, limits: Limits | None = None) -> None:
-        from ddrive_ros.reflection.tracking import BoxTracker
-
         self.limits = limits
-        self._make = BoxTracker
         self.tracker = BoxTracker()
         self._world: ClosedLoopWorld | None = None
         self._next = 0  # the first step not fed to the tracker yet
 
     def __call__(self, world: ClosedLoopWorld) -> SafetyContext:
         if world is not self._world:
-            self._world, self._next, self.tracker = world, 0, self._make()
+            self._world, self._next, self.tracker = world, 0, BoxTracker()
         k = world.k
         for j in range(self._next, k + 1):
             if world.is_camera_step(j):
