@@ -322,7 +322,8 @@ def run(args: argparse.Namespace) -> int:
         factories["idm planner"] = lambda w: IdmPlannerDriver(w)
     bridges: dict = {}  # method -> NodeBridge
     learned = {m: spec for m, spec in methods.items() if spec is not None}
-    # a killed run still stops its node processes (restored when the run ends)
+    # a killed run still stops its node processes (restored when the run ends); the `finally` below stops them
+    # whatever ends the run: a node that failed to start, a refused option, an error while driving
     previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm) if args.ros else None
     try:
         if learned:
@@ -337,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
             # node logs beside the JSON (or in a fresh temporary folder), named in the bridge's log line
             node_log_dir = Path(args.json).parent if args.json else Path(tempfile.mkdtemp(prefix="ddrive_sim_"))
             node_log_prefix = f"{Path(args.json).stem}." if args.json else ""  # runs sharing a folder keep their own logs
-            safety_perception(args)  # refuses --safety-perception world|objects with --ros before anything starts
+            seen = safety_perception(args)  # refuses --safety-perception world|objects with --ros before anything starts
             for i, (name, (decoder, n, reflect)) in enumerate(learned.items()):
                 if args.ros and args.speed_smoothing is not None:
                     raise ValueError("--speed-smoothing applies to in-process planners; the node takes its speed_smoothing parameter")
@@ -364,11 +365,11 @@ def run(args: argparse.Namespace) -> int:
                         checkpoint=args.checkpoint or "fast_ddrive_tiny", decoder=decoder, rollouts=n, reflect=reflect,
                         tree_rows=args.tree_rows if decoder == "speculative" else 1,
                         tree_depth=args.tree_depth, logit_bias=node_logit_bias(args),
-                        track_obstacles=safety_perception(args) == "tracked", safety_repair=args.safety_repair,
+                        track_obstacles=seen == "tracked", safety_repair=args.safety_repair,
                         domain_id=None if args.domain_id is None else args.domain_id + i,
                         log_path=node_log_dir / f"{node_log_prefix}node_{i}_{decoder}_n{n}.log"))
                     bridges[name] = bridge
-                    if safety_perception(args) in ("boxes", "tracked"):  # the road users on the node's ~/input/obstacles
+                    if seen in ("boxes", "tracked"):  # the road users on the node's ~/input/obstacles
                         from ddrive_ros.sim.safety_context import ego_boxes
 
                         factories[name] = (lambda b: (lambda w: b.bind(partial(ego_boxes, w))))(bridge)
@@ -389,7 +390,6 @@ def run(args: argparse.Namespace) -> int:
                                                              **manoeuvre_option(args), **logit_bias_option(args)))
                     warm_up(planner)
                     context_of = None  # the planner then checks against the ego speed only
-                    seen = safety_perception(args)
                     if reflect in ("safety", "both") and seen == "tracked":
                         from ddrive_ros.sim.safety_context import TrackedBoxes
 
@@ -402,36 +402,29 @@ def run(args: argparse.Namespace) -> int:
                     driver_class = BestOfNDriver if oracle else ModelDriver
                     driver = driver_class(planner, planner.restart_sampling, context_of)
                     factories[name] = (lambda d: (lambda w: d.bind(w)))(driver)
-    except BaseException:  # a node that failed to start, or a refused option: stop the nodes already running
-        for b in bridges.values():
-            b.close()
-        if previous_sigterm is not None:
-            signal.signal(signal.SIGTERM, previous_sigterm)
-        raise
 
-    seeds = episode_seeds(args.seed, args.episodes)
-    video_dir = Path(args.video) if args.video else None
-    film = set(seeds[: args.video_episodes]) if video_dir else set()
-    main = next((m for m in ("speculative N=4", *learned, "idm planner") if m in factories), None)
-    experts: dict[int, object] = {}
-    videos: list[str] = []
+        seeds = episode_seeds(args.seed, args.episodes)
+        video_dir = Path(args.video) if args.video else None
+        film = set(seeds[: args.video_episodes]) if video_dir else set()
+        main = next((m for m in ("speculative N=4", *learned, "idm planner") if m in factories), None)
+        experts: dict[int, object] = {}
+        videos: list[str] = []
 
-    done: list = []
+        done: list = []
 
-    def on_episode(r) -> None:
-        done.append(r)
-        if r.method == "expert":
-            experts[r.seed] = r
-        if video_dir is not None and r.seed in film and r.method == main:
-            from ddrive_ros.sim.sim_video import write_episode_video
+        def on_episode(r) -> None:
+            done.append(r)
+            if r.method == "expert":
+                experts[r.seed] = r
+            if video_dir is not None and r.seed in film and r.method == main:
+                from ddrive_ros.sim.sim_video import write_episode_video
 
-            videos.append(str(write_episode_video(video_dir, r, opts.renderer, experts.get(r.seed))))
-        r.world.clear_cache()  # rendered frames are not needed past here: keeps memory flat over long runs
-        if args.json and r.method == list(factories)[-1]:  # an episode is complete: a long run reports early
-            write_json(args, partial_rows(done), done, {"partial": True, "episodes_done": len(experts)})
+                videos.append(str(write_episode_video(video_dir, r, opts.renderer, experts.get(r.seed))))
+            r.world.clear_cache()  # rendered frames are not needed past here: keeps memory flat over long runs
+            if args.json and r.method == list(factories)[-1]:  # an episode is complete: a long run reports early
+                write_json(args, partial_rows(done), done, {"partial": True, "episodes_done": len(experts)})
 
-    t0 = time.perf_counter()
-    try:
+        t0 = time.perf_counter()
         results = run_methods(factories, seeds, opts, on_episode, progress=not args.no_progress)
     finally:
         for b in bridges.values():
@@ -459,14 +452,14 @@ def run(args: argparse.Namespace) -> int:
         videos.append(str(write_summary(video_dir, rows)))
         videos.append(str(write_situations(situations, video_dir / "pdms_by_situation.png")))
         print("pictures: " + ", ".join(videos))
-    seen = {name: dict(b.obstacle_plans) for name, b in bridges.items() if sum(b.obstacle_plans.values())}
-    for name, counts in seen.items():
+    box_ages = {name: dict(b.obstacle_plans) for name, b in bridges.items() if sum(b.obstacle_plans.values())}
+    for name, counts in box_ages.items():
         print(f"  {name:<18} node plans checked against this frame's boxes {counts['same_frame']}, an older set "
               f"{counts['older']}, none {counts['none']}")
     if args.json:
         write_json(args, rows, [x for r in results for x in r.runs],
                    {"partial": False, "wall_s": round(wall, 1), "sim_s": sim_s, "world_s": world_s, "planner_s": planner_s,
-                    **({"node_obstacle_plans": seen} if seen else {})})
+                    **({"node_obstacle_plans": box_ages} if box_ages else {})})
     return 0
 
 

@@ -172,10 +172,11 @@ class SafetyReflect:
             if anchored == 0:
                 break
             rounds += 1
-            carry = start.carry
-            for block in start.blocks:
-                carry = decode_block(backend, layout, start.masks, x, block, carry, strategy, start.temperature,
-                                     start.generator, stats, pinned)
+            if bool((traj_editable[None] & ~pinned).any()):  # tokens to decode again (brake writes them all)
+                carry = start.carry
+                for block in start.blocks:
+                    carry = decode_block(backend, layout, start.masks, x, block, carry, strategy, start.temperature,
+                                         start.generator, stats, pinned)
             for r, row in enumerate(self._check(x)):
                 if row[2] < best_rows[r][2]:
                     best[r], best_rows[r] = x[r], row
