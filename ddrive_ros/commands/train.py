@@ -64,6 +64,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("no training samples")
     data = tensorize(samples, codec, bundle.config)
     log.info("%d training samples", len(data))
+    if cfg.self_targets > 0:  # the starting weights' own greedy plans (training/self_targets.py)
+        if not cfg.init:
+            raise ValueError("self_targets needs `init`: the targets are a trained model's own greedy plans")
+        from ddrive_ros.training.self_targets import greedy_ids
+
+        if cfg.threads:  # before training sets them: two runs side by side must not each take every core
+            import torch
+
+            torch.set_num_threads(cfg.threads)
+        block = int(cfg.curriculum[-1][0])
+        if any(int(bs) != block for bs, _ in cfg.curriculum):
+            raise ValueError(f"self_targets needs one block size in the curriculum, got {cfg.curriculum}")
+        data.self_ids = greedy_ids(bundle, data, block)
     bundle, history = train(cfg, data, bundle, resume=not args.no_resume)
     out = Path(cfg.out)
     meta = {"command": "ddrive train " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if len(sys.argv) > 2 else "",

@@ -48,12 +48,18 @@ class TensorData:
     surprise: torch.Tensor | None = None  # (N,) metres: how far the future departs from constant velocity
     slowdown: torch.Tensor | None = None  # (N,) 0..1: the share of its speed the future sheds (brake_share())
     pull_away: torch.Tensor | None = None  # (N,) 0..1: how much a standing ego's future gets going (start_share())
+    self_ids: torch.Tensor | None = None  # (N, L) the starting model's own greedy plans (training/self_targets.py)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return self.images[idx], self.ego[idx], self.nav[idx], self.ids[idx], self.labelled[idx]
+
+    def self_batch(self, idx: torch.Tensor) -> torch.Tensor:
+        if self.self_ids is None:
+            raise ValueError("self_targets > 0 needs the starting model's greedy plans (TensorData.self_ids)")
+        return self.self_ids[idx]
 
 
 def observation_tensors(observations, cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor, list[str]]:

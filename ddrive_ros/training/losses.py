@@ -118,10 +118,16 @@ class DualStreamLoss:
     def __call__(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
                  generator: torch.Generator, teacher: tuple[DrivingVLA, "DualStreamLoss"] | None = None,
                  distill_weight: float = 0.0, repair_ids: torch.Tensor | None = None,
-                 repair_only: bool = False) -> LossParts:
+                 repair_only: bool = False, draft_rows: torch.Tensor | None = None) -> LossParts:
         """`repair_ids` (B, L): perturbed expert ids, or a negative id in rows that are not repair rows.
-        `repair_only`: the loss is the repair term alone (no AR or diffusion term anywhere)."""
+        `repair_only`: the loss is the repair term alone (no AR or diffusion term anywhere).
+        `draft_rows` (B,) bool: rows whose noisy stream masks every labelled trajectory position, the input of
+        speculative decoding's first draft (training/self_targets.py); repair rows still take their own input."""
         noisy, masked = corrupt(ids, labelled, self.layout, self.mask_id, generator)
+        if draft_rows is not None:
+            full = draft_rows[:, None] & self.trajectory[None] & labelled
+            noisy = torch.where(full, torch.full_like(noisy, self.mask_id), noisy)
+            masked = masked | full
         repair_sel = None
         if repair_ids is not None:
             rows = (repair_ids >= 0).all(1, keepdim=True)

@@ -28,6 +28,7 @@ from ddrive_ros.training.distributed import average_gradients, broadcast_weights
 from ddrive_ros.training.context_swap import swap_context
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
+from ddrive_ros.training.self_targets import with_self_targets
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,9 @@ class TrainConfig:
     context_swap_exclusive: bool = False  # later sections learn only in swapped rows (context_swap.py)
     section_weights: dict[str, float] = field(default_factory=dict)  # section name -> loss weight, instead of the schema's
     ego_accel: bool | None = None  # does the model read the ego's acceleration (model config)? None: the init's / model's
+    # share of batch rows that learn the starting model's own greedy trajectory, the draft's input fully masked
+    # (training/self_targets.py: a draft that agrees with its verifier)
+    self_targets: float = 0.0
     # a new model's trajectory at rotary positions right after the prompt (ModelConfig.action_rope_shift); an init
     # checkpoint keeps its own
     action_after_prompt: bool = False
@@ -261,6 +265,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         log.info("sampling: %d of %d samples pull away from standing; they get %.1f%% of the draws (uniform: %.1f%%)",
                  int(starting.sum()), len(data), 100.0 * float(weights[starting].sum()),
                  100.0 * float(starting.float().mean()))
+    if not 0.0 <= cfg.self_targets <= 1.0:
+        raise ValueError(f"self_targets must be a share of rows in [0, 1], got {cfg.self_targets}")
     augment = CameraAugment.from_dict(cfg.augment)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()} if cfg.ema > 0 else None
     t0 = time.time()
@@ -286,6 +292,10 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                                             cfg.context_swap, gen, cfg.context_swap_exclusive)
         if augment is not None:
             images = augment(images, gen)
+        draft_rows = None
+        if cfg.self_targets > 0:
+            draft_rows = torch.rand(ids.shape[0], generator=gen).to(device) < cfg.self_targets
+            ids = with_self_targets(ids, labelled, data.self_batch(idx).to(device), losses[bs].trajectory, draft_rows)
         prompt = batch_prompts(model, images, ego, nav, bundle.tokenizer.bos_id)
         repair_ids = None
         if cfg.repair > 0:
@@ -299,7 +309,8 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
             if own.any():
                 repair_ids[own] = losses[bs].own_drafts(model, prompt[own], ids[own], labelled[own], gen,
                                                         cfg.repair_temperature)
-        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids, cfg.repair_only)
+        parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids, cfg.repair_only,
+                           draft_rows)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
         average_gradients(model, ranks)
