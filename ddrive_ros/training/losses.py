@@ -118,11 +118,14 @@ class DualStreamLoss:
     def __call__(self, model: DrivingVLA, prompt: torch.Tensor, ids: torch.Tensor, labelled: torch.Tensor,
                  generator: torch.Generator, teacher: tuple[DrivingVLA, "DualStreamLoss"] | None = None,
                  distill_weight: float = 0.0, repair_ids: torch.Tensor | None = None,
-                 repair_only: bool = False, draft_rows: torch.Tensor | None = None) -> LossParts:
+                 repair_only: bool = False, draft_rows: torch.Tensor | None = None,
+                 clean_input: torch.Tensor | None = None) -> LossParts:
         """`repair_ids` (B, L): perturbed expert ids, or a negative id in rows that are not repair rows.
         `repair_only`: the loss is the repair term alone (no AR or diffusion term anywhere).
         `draft_rows` (B,) bool: rows whose noisy stream masks every labelled trajectory position, the input of
-        speculative decoding's first draft (training/self_targets.py); repair rows still take their own input."""
+        speculative decoding's first draft (training/self_targets.py); repair rows still take their own input.
+        `clean_input` (B, L): what the causal stream reads instead of `ids` (training/prefix_noise.py); it still
+        learns `ids`."""
         noisy, masked = corrupt(ids, labelled, self.layout, self.mask_id, generator)
         if draft_rows is not None:
             full = draft_rows[:, None] & self.trajectory[None] & labelled
@@ -135,7 +138,8 @@ class DualStreamLoss:
             noisy = torch.where(in_traj, repair_ids.clamp_min(0), noisy)
             masked = masked & ~in_traj
             repair_sel = in_traj & labelled & self.diffusable[None]
-        logits = model.forward_full(prompt, torch.cat([ids, noisy], 1), self.mask, self.action, self.positions)
+        clean = ids if clean_input is None else clean_input
+        logits = model.forward_full(prompt, torch.cat([clean, noisy], 1), self.mask, self.action, self.positions)
         p, n = self.p, self.length
         editable = torch.as_tensor(self.layout.editable, device=ids.device)[None]
         ar = self.ce(logits[:, p - 1:p + n - 1], ids, labelled & editable)

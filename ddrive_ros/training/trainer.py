@@ -28,6 +28,7 @@ from ddrive_ros.training.distributed import average_gradients, broadcast_weights
 from ddrive_ros.training.context_swap import swap_context
 from ddrive_ros.training.losses import DualStreamLoss
 from ddrive_ros.training.perturb import RepairSpec, perturbed_ids
+from ddrive_ros.training.prefix_noise import PrefixNoise
 from ddrive_ros.training.self_targets import with_self_targets
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,10 @@ class TrainConfig:
     # share of batch rows that learn the starting model's own greedy trajectory, the draft's input fully masked
     # (training/self_targets.py: a draft that agrees with its verifier)
     self_targets: float = 0.0
+    # probability that each bin token the causal stream reads is moved by 1..prefix_noise_bins bins, its target kept
+    # (training/prefix_noise.py: a verifier that does not copy a draft's error into its next draft)
+    prefix_noise: float = 0.0
+    prefix_noise_bins: int = 3
     # a new model's trajectory at rotary positions right after the prompt (ModelConfig.action_rope_shift); an init
     # checkpoint keeps its own
     action_after_prompt: bool = False
@@ -248,6 +253,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     repair_spec = RepairSpec.from_dict(cfg.repair_spec)
     repair_rng = np.random.default_rng(cfg.seed * 7919 + rank)
     losses: dict[int, DualStreamLoss] = {}
+    prefix_noise: dict[int, PrefixNoise] = {}
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + rank)
     teacher = None
     current_bs = None
@@ -309,8 +315,13 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
             if own.any():
                 repair_ids[own] = losses[bs].own_drafts(model, prompt[own], ids[own], labelled[own], gen,
                                                         cfg.repair_temperature)
+        clean_input = None
+        if cfg.prefix_noise > 0:
+            if bs not in prefix_noise:
+                prefix_noise[bs] = PrefixNoise(losses[bs].layout)
+            clean_input = prefix_noise[bs](ids, labelled, cfg.prefix_noise, cfg.prefix_noise_bins, gen)
         parts = losses[bs](model, prompt, ids, labelled, gen, teacher, cfg.distill_weight, repair_ids, cfg.repair_only,
-                           draft_rows)
+                           draft_rows, clean_input)
         opt.zero_grad(set_to_none=True)
         parts.total.backward()
         average_gradients(model, ranks)
