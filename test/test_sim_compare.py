@@ -50,11 +50,19 @@ def test_ddrive_sim_compare_reads_two_saved_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| pdms | 3 | 0.500 | 0.600 | +0.100 | 0.058 | 2 / 0 / 1 |" in out
     assert json.loads((tmp_path / "cmp.json").read_text())["metrics"]["pdms"]["n"] == 3
-    with pytest.raises(SystemExit, match="no episodes of method 'idm planner'"):
+    with pytest.raises(SystemExit, match="'idm planner' matches no method rows"):
         main(["sim", "--compare", str(b), str(a), "--compare-method", "idm planner"])
     # two rows of one run: the learned planner against the IDM planner on the same episodes
     assert main(["sim", "--compare", str(a), str(a), "--compare-method", "speculative=idm planner"]) == 0
     assert "| pdms | 3 | 0.500 | 1.000 | +0.500 | 0.000 | 3 / 0 / 0 |" in capsys.readouterr().out
+    # a row whose name holds '=' (the N=4 rollouts) pairs with itself, or with another row
+    n4 = tmp_path / "n4.json"
+    n4.write_text(json.dumps({"episodes": [episode("speculative N=4", s, 0.4) for s in range(3)]
+                              + [episode("speculative", s, 0.5) for s in range(3)]}))
+    assert main(["sim", "--compare", str(n4), str(n4), "--compare-method", "speculative N=4"]) == 0
+    assert "| pdms | 3 | 0.400 | 0.400 | +0.000 | 0.000 | 0 / 0 / 3 |" in capsys.readouterr().out
+    assert main(["sim", "--compare", str(n4), str(a), "--compare-method", "speculative N=4=idm planner"]) == 0
+    assert "| pdms | 3 | 0.400 | 1.000 | +0.600 | 0.000 | 3 / 0 / 0 |" in capsys.readouterr().out
     (tmp_path / "junk.json").write_text("[1]")
     with pytest.raises(SystemExit, match="not a saved `ddrive sim --json` run"):
         main(["sim", "--compare", str(tmp_path / "junk.json"), str(a)])

@@ -489,14 +489,13 @@ def print_breakdown(path: Path, plot: str | None = None) -> int:
 
 
 def print_comparison(paths: list[str], method: str, json_out: str | None) -> int:
-    from ddrive_ros.sim.compare import compare, load_runs, markdown as comparison_markdown
+    from ddrive_ros.sim.compare import compare, load_runs, markdown as comparison_markdown, method_pair, methods_in
 
-    base_method, _, new_method = method.partition("=")
-    new_method = new_method or base_method
     sides = [[Path(x) for x in side.split(",") if x] for side in paths]
     if not all(sides):
         raise SystemExit(f"--compare needs at least one saved run on each side, got {paths}")
     try:
+        base_method, new_method = method_pair(method, methods_in(sides[0][0]), methods_in(sides[1][0]))
         result = compare(load_runs(sides[0], base_method), load_runs(sides[1], new_method))
     except ValueError as e:
         raise SystemExit(str(e)) from e

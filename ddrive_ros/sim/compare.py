@@ -39,6 +39,28 @@ def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
     return mine
 
 
+def methods_in(path: Path) -> set[str]:
+    """The method rows a saved `ddrive sim --json` run holds episodes of."""
+    try:
+        return {str(e.get("method")) for e in json.loads(Path(path).read_text())["episodes"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a saved `ddrive sim --json` run ({e})") from e
+
+
+def method_pair(spec: str, base: set[str], new: set[str]) -> tuple[str, str]:
+    """`--compare-method` read against the runs' method names: one name pairs that row with itself,
+    BASE=NEW two rows. A name may hold '=' itself ("speculative N=4"), so every split is tried and the
+    one whose halves both exist wins; none or several is an error naming the methods there are."""
+    options = [(spec, spec)] + [(spec[:i], spec[i + 1:]) for i, c in enumerate(spec) if c == "="]
+    found = [(b, n) for b, n in options if b in base and n in new]
+    if len(found) != 1:
+        why = "matches no" if not found else "is ambiguous between"
+        raise ValueError(f"--compare-method {spec!r} {why} method rows of the runs "
+                         f"{' or '.join(f'{b!r}={n!r}' for b, n in found) if found else ''}"
+                         f"(base has {sorted(base)}, new has {sorted(new)})")
+    return found[0]
+
+
 def load_runs(paths: list[Path], method: str) -> dict[int, dict[str, Any]]:
     """One method's episodes of several saved runs, pooled by episode seed. An episode seed found in two
     of them is an error (the same episodes counted twice would halve the standard error for nothing)."""
