@@ -42,9 +42,9 @@ def test_speculative_gives_the_ar_plan_with_at_least_3x_fewer_forwards(name, hel
         fwd_ar.append(a.stats.forwards)
         fwd_spec.append(b.stats.forwards)
     ratio = np.mean(fwd_ar) / np.mean(fwd_spec)
-    # trajectory_only trains bins with ordinal soft targets: flatter distributions, fewer exact-match drafts
-    # (the causal redraft in trajectory blocks took it from about 1.4x to 2.5x)
-    assert ratio >= (2.0 if name.startswith("trajectory_only") else 3.0), (np.mean(fwd_ar), np.mean(fwd_spec))
+    # trajectory_only reached 3x with round 18's prefix-noise stage: its verifier no longer copies the error it just
+    # corrected into its next draft (3.86x on these five samples, 3.12x on 200 of seed 777; round 6's model: 2.06x)
+    assert ratio >= 3.0, (np.mean(fwd_ar), np.mean(fwd_spec))
 
 
 def test_tree_verification_and_the_kinematic_draft_keep_the_ar_plan_with_fewer_forwards(held_out):
