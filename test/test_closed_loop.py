@@ -191,8 +191,10 @@ def test_dagger_labels_the_states_the_planner_drove_into_with_the_experts_future
         # the expert drives forward from where the planner brought the ego (or waits there, at a stop line):
         # ahead, near the lane
         assert s.future_xy[0, 0] >= 0.0 and np.all(np.diff(s.future_xy[:, 0]) >= -1e-6) and abs(s.future_xy[0, 1]) < 1.0
-    # this episode ends at a stop: the planner brakes to it (the expert's futures shrink from 12 m to 0)
-    assert samples[0].future_xy[-1, 0] > 5.0 and samples[-1].future_xy[-1, 0] < samples[0].future_xy[-1, 0]
+    # this episode has a stop: the planner brakes to it (the expert's futures shrink from 12 m to 0; a planner
+    # that stops sooner sees the expert pull away again before the episode ends)
+    reach = [float(s.future_xy[-1, 0]) for s in samples]
+    assert reach[0] > 5.0 and min(reach) < 0.5 and reach.index(min(reach)) > 5
     with pytest.raises(ValueError, match="needs"):
         load_samples([{"source": "dagger", "checkpoint": "trajectory_only_tiny"}])
 
