@@ -25,26 +25,30 @@ METRICS = ("pdms", "nc", "dac", "ep", "ttc", "comfort", "route_compliance", "at_
            "stop_sign_violations", "accel_swings")
 
 
-def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
-    """One method's episode records of a saved `ddrive sim --json` run, keyed by episode seed."""
+def read_episodes(path: Path) -> list[dict[str, Any]]:
+    """The episode records of a saved `ddrive sim --json` run."""
     try:
-        doc = json.loads(Path(path).read_text())
-        episodes = doc["episodes"]
+        episodes = json.loads(Path(path).read_text())["episodes"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not a saved `ddrive sim --json` run ({e})") from e
+    if not isinstance(episodes, list) or not all(isinstance(e, dict) for e in episodes):
+        raise ValueError(f"{path}: not a saved `ddrive sim --json` run (its episodes are not a list of records)")
+    return episodes
+
+
+def methods_in(path: Path) -> set[str]:
+    """The method rows a saved `ddrive sim --json` run holds episodes of."""
+    return {str(e.get("method")) for e in read_episodes(path)}
+
+
+def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
+    """One method's episode records of a saved `ddrive sim --json` run, keyed by episode seed."""
+    episodes = read_episodes(path)
     mine = {int(e["seed"]): e for e in episodes if e.get("method") == method}
     if not mine:
         methods = sorted({str(e.get("method")) for e in episodes})
         raise ValueError(f"{path}: no episodes of method {method!r}; it has {methods}")
     return mine
-
-
-def methods_in(path: Path) -> set[str]:
-    """The method rows a saved `ddrive sim --json` run holds episodes of."""
-    try:
-        return {str(e.get("method")) for e in json.loads(Path(path).read_text())["episodes"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path}: not a saved `ddrive sim --json` run ({e})") from e
 
 
 def method_pair(spec: str, base: set[str], new: set[str]) -> tuple[str, str]:
@@ -53,11 +57,11 @@ def method_pair(spec: str, base: set[str], new: set[str]) -> tuple[str, str]:
     one whose halves both exist wins; none or several is an error naming the methods there are."""
     options = [(spec, spec)] + [(spec[:i], spec[i + 1:]) for i, c in enumerate(spec) if c == "="]
     found = [(b, n) for b, n in options if b in base and n in new]
-    if len(found) != 1:
-        why = "matches no" if not found else "is ambiguous between"
-        raise ValueError(f"--compare-method {spec!r} {why} method rows of the runs "
-                         f"{' or '.join(f'{b!r}={n!r}' for b, n in found) if found else ''}"
+    if not found:
+        raise ValueError(f"--compare-method {spec!r} matches no method rows of the runs "
                          f"(base has {sorted(base)}, new has {sorted(new)})")
+    if len(found) > 1:
+        raise ValueError(f"--compare-method {spec!r} is ambiguous: " + " or ".join(f"{b!r}={n!r}" for b, n in found))
     return found[0]
 
 
