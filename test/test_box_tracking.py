@@ -73,3 +73,28 @@ def test_only_the_newest_set_is_given_and_old_tracks_and_backward_time_are_forgo
     assert tracker.obstacles_at(0.6, (0.0, 0.0, 0.0)) == ()
     with pytest.raises(ValueError, match="gate_m > 0"):
         BoxTracker(gate_m=0.0)
+
+
+def test_yaw_rates_follow_a_bending_car_and_stay_zero_for_standing_or_flipped_boxes():
+    """A car on a right bend (radius 40 m at 8 m/s: -0.2 rad/s) reads that yaw rate, with the ego's own turning
+    taken out; a standing box and a box whose heading flips end for end every set read 0."""
+    def world(t: float) -> list[tuple[float, float, float, float, float]]:
+        u = -0.2 * t
+        bend = (40.0 * np.sin(-u) + 30.0, -40.0 * (1 - np.cos(u)) + 6.0, u, 4.5, 1.9)
+        standing = (25.0, -5.0, 0.4, 4.0, 1.8)
+        flipping = (10.0 + 5.0 * t, 3.0, np.pi * (round(10 * t) % 2), 4.2, 1.8)
+        return [bend, standing, flipping]
+
+    tracker = BoxTracker()
+    for k in range(12):
+        t = 0.1 * k
+        x, y, yaw = _ego_pose(t)
+        boxes = []
+        for ax, ay, ah, length, width in world(t):
+            p = world_to_ego(np.array([[ax, ay]]), np.array([x, y]), yaw)[0]
+            boxes.append((float(p[0]), float(p[1]), float(wrap_angle(ah - yaw)), length, width))
+        tracker.update(t, (x, y, yaw), boxes)
+    got = {round(o.length, 1): o for o in tracker.obstacles_at(1.1, _ego_pose(1.1))}
+    assert got[4.5].yaw_rate == pytest.approx(-0.2, abs=1e-3)
+    assert got[4.0].yaw_rate == 0.0
+    assert got[4.2].yaw_rate == 0.0 and np.hypot(got[4.2].vx, got[4.2].vy) == pytest.approx(5.0, abs=1e-3)

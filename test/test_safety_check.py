@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 from ddrive_ros.reflection.safety import (
+    MAX_PREDICTED_TURN,
     Corridor,
     Obstacle,
     SafetyContext,
     Violation,
     check,
     cost,
+    predict,
     repair,
     search_anchor,
 )
@@ -164,6 +166,20 @@ def test_passing_five_metres_beside_the_box_is_safe():
     assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(beside,))) == []
 
 
+def test_a_follower_is_left_out_at_every_waypoint_its_prediction_runs_through_the_ego():
+    """A road user that comes near the plan from behind is its follower: the scorer does not count its contact
+    against the ego. Its straight-line prediction runs on through a slow ego and out ahead of the rear axle; those
+    later waypoints are not a reason to brake either (round 19: the ego braked for its followers, which closed in)."""
+    slow = straight(2.0)
+    follower = Obstacle(-12.0, 0.0, 0.0, 4.6, 1.9, vx=8.0)  # its centre passes the rear axle at about t = 2 s
+    assert check(slow, T, SafetyContext(2.0, obstacles=(follower,))) == []
+    # seen first ahead of the rear axle it counts, though it ends behind: a slow road user the plan drives past
+    ahead = Obstacle(3.0, 0.0, 0.0, 4.6, 1.9, vx=1.0)
+    assert "collision" in kinds(check(straight(6.0), T, SafetyContext(6.0, obstacles=(ahead,))))
+    # the plan brakes in front of it: still its follower's to avoid
+    assert check(profile(6.0, [-3.0] * 2 + [0.0] * 8), T, SafetyContext(6.0, obstacles=(follower,))) == []
+
+
 def test_a_crossing_road_user_is_caught_by_its_constant_velocity_prediction():
     # crosses the ego's path from the right at 4 m/s, at the ego box centre's x at t = 2.5 s
     crossing = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9, vx=0.0, vy=4.0)
@@ -172,6 +188,37 @@ def test_a_crossing_road_user_is_caught_by_its_constant_velocity_prediction():
     assert collision and collision[0].waypoints[0] == 4
     parked = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9)
     assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(parked,))) == []
+
+
+def test_an_oncoming_car_on_a_bend_is_predicted_along_its_bend_by_its_yaw_rate():
+    """A left bend of radius 50 m: the ego keeps to its lane at 8 m/s, an oncoming car keeps to the lane beside it
+    (radius 46.5 m), 40 m ahead. Along its tangent it cuts into the ego's lane; along its bend (its yaw rate, as the
+    tracker reads it) it passes."""
+    R, r, v = 50.0, 46.5, 8.0
+    plan = arc(v, R)
+    u0 = 40.0 / R
+    heading = np.arctan2(-np.sin(u0), -np.cos(u0))  # clockwise round the bend's centre (0, R)
+    kw = dict(x=r * np.sin(u0), y=R - r * np.cos(u0), yaw=heading, length=4.5, width=1.9,
+              vx=v * np.cos(heading), vy=v * np.sin(heading))
+    tangent = Obstacle(**kw)
+    assert "collision" in kinds(check(plan, T, SafetyContext(v, obstacles=(tangent,))))
+    bending = Obstacle(**kw, yaw_rate=-v / r)
+    assert check(plan, T, SafetyContext(v, obstacles=(bending,))) == []
+
+
+def test_predict_is_constant_velocity_without_a_yaw_rate_and_keeps_to_the_circle_with_one():
+    t = np.array([0.5, 1.0, 2.0, 4.0, 12.0])
+    xy, vel, yaw = predict([Obstacle(1.0, 2.0, 0.3, 4.5, 1.9, vx=3.0, vy=-1.0)], t)
+    assert xy[:, 0] == pytest.approx(np.stack([1.0 + 3.0 * t, 2.0 - t], axis=1))
+    assert np.allclose(vel[:, 0], [3.0, -1.0]) and np.allclose(yaw[:, 0], 0.3)
+    # 10 m/s round a circle of radius 20 m about (0, 20), counter-clockwise from the origin
+    xy, vel, yaw = predict([Obstacle(0.0, 0.0, 0.0, 4.5, 1.9, vx=10.0, yaw_rate=0.5)], t)
+    turning = t * 0.5 <= MAX_PREDICTED_TURN
+    assert np.hypot(xy[turning, 0, 0], xy[turning, 0, 1] - 20.0) == pytest.approx(20.0)
+    assert yaw[:, 0] == pytest.approx(np.minimum(0.5 * t, MAX_PREDICTED_TURN))
+    # past a quarter turn it goes straight on: at 12 s, 8.86 s past (20, 20) heading +y
+    assert xy[-1, 0] == pytest.approx([20.0, 20.0 + 10.0 * (12.0 - np.pi)])
+    assert np.hypot(*vel[-1, 0]) == pytest.approx(10.0)
 
 
 def test_the_following_rule_asks_for_room_to_stop_behind_what_is_in_the_path():

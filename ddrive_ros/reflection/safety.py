@@ -11,10 +11,14 @@ is the mean speed times the change of segment heading (the first against heading
 v^2 * curvature. Every quantity is attributed to the waypoint ending its latest segment: that is
 the waypoint (hence the tokens) whose position makes the value what it is.
 
-Road users are oriented boxes moved at constant velocity; the ego box (ego_length x ego_width,
-centred `ego_center_offset` ahead of base_link) takes the path heading at each waypoint. Road users
-catching up from behind (centre behind the rear axle, faster along the ego's heading) are left out,
-as in the closed-loop scorer: a vehicle running into the ego from behind is not the plan's fault.
+Road users are oriented boxes moved at constant speed and yaw rate (`predict`: straight at constant velocity
+when the yaw rate is 0; the turn is capped at MAX_PREDICTED_TURN); the ego box (ego_length x ego_width,
+centred `ego_center_offset` ahead of base_link) takes the path heading at each waypoint. A road user
+that first comes near a plan from behind (at the first waypoint the check flags it: centre behind the
+rear axle, faster along the ego's heading) is that plan's follower and is left out at every waypoint,
+as in the closed-loop scorer, which judges a contact where it starts: a vehicle running into the ego
+from behind is not the plan's fault, and its straight-line prediction passing on through the ego box
+(a follower braking or bending with its lane does not) is no reason to brake.
 Collisions are tested at the waypoints. The time to collision from each waypoint (the ego box moving
 on at its arriving velocity, that of the segment ending there, the others at theirs, headings kept;
 solved exactly per box axis) covers the gaps between them. Clearance is the largest separating gap
@@ -37,7 +41,8 @@ NONE = np.array([-1])
 
 @dataclass(frozen=True)
 class Obstacle:
-    """A road user's box in the ego frame at t0: centre, heading, size, and velocity (ego frame, m/s)."""
+    """A road user's box in the ego frame at t0: centre, heading, size, velocity (ego frame, m/s) and yaw rate
+    (rad/s, counter-clockwise: a road user bending with its lane; `predict`)."""
 
     x: float
     y: float
@@ -46,6 +51,7 @@ class Obstacle:
     width: float
     vx: float = 0.0
     vy: float = 0.0
+    yaw_rate: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -314,14 +320,55 @@ def _contact_time(d: np.ndarray, v: np.ndarray, axes: list[tuple]) -> np.ndarray
     return np.where(lo <= hi, lo, np.inf)
 
 
+MAX_PREDICTED_TURN = np.pi / 2  # rad: a road user's predicted heading change, a turn and not a circle
+
+
+def predict(obstacles: tuple[Obstacle, ...] | list[Obstacle], t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Centres (K, N, 2), velocities (K, N, 2) and headings (K, N) of the road users at times t (K,) from t0: constant
+    speed and yaw rate, the velocity turning with the heading until it has turned MAX_PREDICTED_TURN, straight on
+    from there. With yaw rate 0 this is constant velocity. A car on a curve keeps to its curve instead of running
+    on along its tangent: an oncoming car on a left bend is not heading into the ego's lane."""
+    t = np.asarray(t, dtype=float)
+    ob = np.array([[o.x, o.y, o.yaw, o.vx, o.vy, o.yaw_rate] for o in obstacles], dtype=float).reshape(-1, 6)
+    p0, yaw0, v0, w = ob[:, 0:2], ob[:, 2], ob[:, 3:5], ob[:, 5]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_turn = np.where(w != 0.0, MAX_PREDICTED_TURN / np.abs(w), np.inf)  # (N,) when the turn stops
+    te = np.minimum(t[:, None], t_turn[None])  # (K, N) time spent turning
+    th = w[None] * te  # (K, N) heading change
+    # the turning part: the integral of the rotated velocity, (1/w) [[sin th, cos th - 1], [1 - cos th, sin th]] v0,
+    # written with sinc so that w -> 0 is straight driving
+    a = te * np.sinc(th / np.pi)  # sin(th) / w
+    b = te * (th / 2.0) * np.sinc(th / (2.0 * np.pi)) ** 2  # (1 - cos th) / w
+    vx, vy = v0[None, :, 0], v0[None, :, 1]
+    turned = np.stack([a * vx - b * vy, b * vx + a * vy], axis=-1)
+    c, s_ = np.cos(th), np.sin(th)
+    vel = np.stack([c * vx - s_ * vy, s_ * vx + c * vy], axis=-1)  # (K, N, 2)
+    xy = p0[None] + turned + (t[:, None] - te)[..., None] * vel
+    return xy, vel, yaw0[None] + th
+
+
+def _followers(behind: np.ndarray, flagged: np.ndarray, kq: np.ndarray, col: np.ndarray, n: int) -> np.ndarray:
+    """(C, Q): the pair's road user is the plan's follower, `behind` at the first waypoint where it is `flagged` in
+    that plan (both (C, Q) over the pairs of waypoint kq and road user column col)."""
+    C = flagged.shape[0]
+    first = np.full((C, n), np.iinfo(np.int64).max)
+    for j in range(n):
+        cols = col == j
+        first[:, j] = np.where(flagged[:, cols], kq[cols][None], first[:, j:j + 1]).min(axis=1)
+    at_first = flagged & (kq[None] == first[:, col])
+    follower = np.zeros((C, n), bool)
+    for j in range(n):
+        follower[:, j] = (at_first[:, col == j] & behind[:, col == j]).any(axis=1)
+    return follower[:, col]
+
+
 def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ctx: SafetyContext) -> list[Record]:
     if not ctx.obstacles:
         return []
     lim = ctx.limits
     C, K = P.shape[:2]
-    ob = np.array([[o.x, o.y, o.yaw, o.length / 2, o.width / 2, o.vx, o.vy] for o in ctx.obstacles], dtype=float)
-    o_vel, o_half, o_yaw = ob[:, 5:7], ob[:, 3:5], ob[:, 2]
-    o_xy = ob[None, :, 0:2] + t[:, None, None] * o_vel[None]  # (K, N, 2) at the waypoint times
+    o_half = np.array([[o.length / 2, o.width / 2] for o in ctx.obstacles], dtype=float)
+    o_xy, o_vel, o_yaw = predict(ctx.obstacles, t)  # (K, N, 2), (K, N, 2), (K, N) at the waypoint times
     yaw = m["yaw"]
     head = np.stack([np.cos(yaw), np.sin(yaw)], axis=-1)
     e_xy = P + ctx.ego_center_offset * head  # (C, K, 2) box centres
@@ -332,7 +379,7 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     lo, hi = e_xy.min(axis=0)[:, None], e_xy.max(axis=0)[:, None]
     out_box = np.maximum(np.maximum(lo - o_xy, o_xy - hi), 0.0)
     v_max = np.hypot(m["vel"][..., 0], m["vel"][..., 1]).max(axis=0)
-    span = np.maximum(lim.min_clearance_m, (v_max[:, None] + np.hypot(*o_vel.T)[None]) * lim.min_ttc_s)
+    span = np.maximum(lim.min_clearance_m, (v_max[:, None] + np.hypot(o_vel[..., 0], o_vel[..., 1])) * lim.min_ttc_s)
     # the following rule looks as far ahead as a stop takes: over every pair, before the pruning below
     follow = (_following_record(e_xy, yaw, m["speed"], o_xy, o_vel, o_yaw, o_half, e_half, lim)
               if lim.follow_decel is not None else [])
@@ -343,25 +390,30 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     d = o_xy[kq, nq][None] - e_xy[:, kq]
     yq, hx, hy = yaw[:, kq], head[:, kq, 0], head[:, kq, 1]
     gap0 = np.hypot(d[..., 0], d[..., 1]) - reach[nq]
-    rel_v = o_vel[nq][None] - m["vel"][:, kq]
-    # not one catching up from behind: centre behind the rear axle and faster along the ego's heading
-    lon = (d[..., 0] + ctx.ego_center_offset * hx) * hx + (d[..., 1] + ctx.ego_center_offset * hy) * hy
-    ahead = (lon >= 0.0) | (rel_v[..., 0] * hx + rel_v[..., 1] * hy <= 0.0)
+    rel_v = o_vel[kq, nq][None] - m["vel"][:, kq]
     sep = np.full(gap0.shape, np.inf)
-    ci, qi = np.nonzero(ahead & (gap0 < lim.min_clearance_m))
+    ci, qi = np.nonzero(gap0 < lim.min_clearance_m)
     if len(ci):
         n = nq[qi]
-        sep[ci, qi] = _separation(d[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[n], o_half[n]))
+        sep[ci, qi] = _separation(d[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[kq[qi], n], o_half[n]))
     hit = sep < 0.0
     tight = (sep >= 0.0) & (sep < lim.min_clearance_m)
     contact = np.full(gap0.shape, np.inf)
-    ci, qi = np.nonzero(ahead & ~hit & (gap0 < np.hypot(rel_v[..., 0], rel_v[..., 1]) * lim.min_ttc_s))
+    ci, qi = np.nonzero(~hit & (gap0 < np.hypot(rel_v[..., 0], rel_v[..., 1]) * lim.min_ttc_s))
     if len(ci):  # not hit now, but close enough to be reached within min_ttc_s
         n = nq[qi]
-        contact[ci, qi] = _contact_time(d[ci, qi], rel_v[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[n], o_half[n]))
+        contact[ci, qi] = _contact_time(d[ci, qi], rel_v[ci, qi], _box_axes(yq[ci, qi], e_half, o_yaw[kq[qi], n],
+                                                                            o_half[n]))
     ttc_flags = contact <= lim.min_ttc_s
     ttc_short = lim.min_ttc_s - contact
+    # not a follower: a road user whose first flagged waypoint of a plan finds its centre behind the rear axle and
+    # faster along the ego's heading is left out of that plan at every waypoint (the scorer judges a contact where
+    # it starts; the follower's straight-line prediction runs on through the ego box, its lane and brakes do not)
+    lon = (d[..., 0] + ctx.ego_center_offset * hx) * hx + (d[..., 1] + ctx.ego_center_offset * hy) * hy
+    behind = (lon < 0.0) & (rel_v[..., 0] * hx + rel_v[..., 1] * hy > 0.0)
     who, col = np.unique(nq, return_inverse=True)  # one column per road user near the plans
+    ahead = ~_followers(behind, hit | tight | ttc_flags, kq, col, len(who))
+    hit, tight, ttc_flags = hit & ahead, tight & ahead, ttc_flags & ahead
     out: list[Record] = list(follow)
     for kind, flags, excess in (("collision", hit, -sep), ("clearance", tight, lim.min_clearance_m - sep),
                                 ("ttc", ttc_flags, ttc_short)):
@@ -387,13 +439,13 @@ def _following_record(e_xy: np.ndarray, yaw: np.ndarray, speed: np.ndarray, o_xy
     d = o_xy[None] - e_xy[:, :, None]  # (C, K, N, 2)
     lon = d[..., 0] * hx + d[..., 1] * hy
     lat = -d[..., 0] * hy + d[..., 1] * hx
-    rel = o_yaw[None, None] - yaw[..., None]  # the road user's heading against the ego's
+    rel = o_yaw[None] - yaw[..., None]  # the road user's heading against the ego's (o_yaw (K, N))
     c, s_ = np.abs(np.cos(rel)), np.abs(np.sin(rel))
     ext_lon = o_half[:, 0] * c + o_half[:, 1] * s_  # its half extent along the ego's heading
     ext_lat = o_half[:, 0] * s_ + o_half[:, 1] * c
     gap = lon - e_half[0] - ext_lon
     in_path = (lon > 0.0) & (np.abs(lat) < e_half[1] + ext_lat) & (gap > -e_half[0])
-    v_lead = np.maximum(o_vel[:, 0][None, None] * hx + o_vel[:, 1][None, None] * hy, 0.0)
+    v_lead = np.maximum(o_vel[None, ..., 0] * hx + o_vel[None, ..., 1] * hy, 0.0)  # o_vel (K, N, 2)
     v_ego = speed[..., None]
     need = np.maximum(v_ego ** 2 - v_lead ** 2, 0.0) / (2.0 * b) + lim.follow_gap_m
     short = need - np.maximum(gap, 0.0)

@@ -12,6 +12,10 @@ docs/reflection.md, "Tracked boxes"). `BoxTracker` follows the boxes from one se
     zero velocity (unknown: checked as standing, as without tracking);
   * a matched track's velocity is the displacement over the time between sightings, blended with its
     previous estimate by `alpha` (1: the newest displacement only);
+  * so is its yaw rate, from the heading change: a car bending with its lane is predicted along its bend
+    (`safety.predict`), not along its tangent into the ego's lane. Kept at 0 below `min_turn_speed` (a
+    standing box has no heading to follow) and where the heading jumps more than `max_heading_step` between
+    sightings (a box whose heading flipped end for end); clipped to +-`max_yaw_rate`;
   * a track not seen for `max_gap_s` is forgotten, and so is everything when time runs backwards.
 
 `obstacles_at(t, pose)` gives the boxes of the newest set, each moved on at its velocity to time t,
@@ -35,21 +39,29 @@ class _Tracks:
     xy: np.ndarray  # (N, 2) odom-frame centre at `seen`
     v: np.ndarray  # (N, 2) odom-frame velocity, m/s
     yaw: np.ndarray  # (N,) odom-frame heading
+    w: np.ndarray  # (N,) yaw rate, rad/s
     size: np.ndarray  # (N, 2) length, width
     seen: np.ndarray  # (N,) stamp of the last sighting
     hits: np.ndarray  # (N,) sightings
 
 
 def _empty() -> _Tracks:
-    return _Tracks(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0), np.zeros((0, 2)), np.zeros(0), np.zeros(0, int))
+    return _Tracks(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0), np.zeros(0), np.zeros((0, 2)), np.zeros(0),
+                   np.zeros(0, int))
 
 
 class BoxTracker:
-    def __init__(self, gate_m: float = 3.0, max_gap_s: float = 0.5, alpha: float = 0.5) -> None:
+    def __init__(self, gate_m: float = 3.0, max_gap_s: float = 0.5, alpha: float = 0.5, max_yaw_rate: float = 1.0,
+                 min_turn_speed: float = 1.0, max_heading_step: float = 0.5) -> None:
         if gate_m <= 0 or max_gap_s <= 0 or not 0 < alpha <= 1:
             raise ValueError(f"BoxTracker needs gate_m > 0, max_gap_s > 0, 0 < alpha <= 1; got {gate_m}, {max_gap_s}, "
                              f"{alpha}")
+        if max_yaw_rate < 0 or min_turn_speed < 0 or max_heading_step <= 0:
+            raise ValueError(f"BoxTracker needs max_yaw_rate >= 0, min_turn_speed >= 0, max_heading_step > 0; got "
+                             f"{max_yaw_rate}, {min_turn_speed}, {max_heading_step}")
         self.gate_m, self.max_gap_s, self.alpha = float(gate_m), float(max_gap_s), float(alpha)
+        self.max_yaw_rate, self.min_turn_speed = float(max_yaw_rate), float(min_turn_speed)
+        self.max_heading_step = float(max_heading_step)
         self.tracks = _empty()
         self.stamp: float | None = None  # the newest set's stamp
         self.current = np.zeros(0, int)  # indices of the tracks the newest set reported
@@ -71,7 +83,8 @@ class BoxTracker:
         yaw = np.asarray(wrap_angle(raw[:, 2] + float(pose[2])), dtype=float).reshape(-1)
         tr = self.tracks
         alive = stamp - tr.seen <= self.max_gap_s
-        tr = _Tracks(tr.xy[alive], tr.v[alive], tr.yaw[alive], tr.size[alive], tr.seen[alive], tr.hits[alive])
+        tr = _Tracks(tr.xy[alive], tr.v[alive], tr.yaw[alive], tr.w[alive], tr.size[alive], tr.seen[alive],
+                     tr.hits[alive])
         dt = stamp - tr.seen  # (N,)
         match = np.full(len(raw), -1)
         if len(tr.xy) and len(raw):
@@ -85,16 +98,25 @@ class BoxTracker:
                 if match[i] < 0 and not taken[j]:
                     match[i], taken[j] = j, True
         new_v = np.zeros((len(raw), 2))
+        new_w = np.zeros(len(raw))
         hits = np.ones(len(raw), int)
         for i, j in enumerate(match):
             if j < 0:
                 continue
-            measured = (xy[i] - tr.xy[j]) / max(float(dt[j]), 1e-6)
-            new_v[i] = measured if tr.hits[j] == 1 else self.alpha * measured + (1 - self.alpha) * tr.v[j]
+            gap = max(float(dt[j]), 1e-6)
+            measured = (xy[i] - tr.xy[j]) / gap
+            turn = float(wrap_angle(yaw[i] - tr.yaw[j]))
+            turn_rate = turn / gap if abs(turn) <= self.max_heading_step else 0.0
+            first = tr.hits[j] == 1
+            new_v[i] = measured if first else self.alpha * measured + (1 - self.alpha) * tr.v[j]
+            new_w[i] = turn_rate if first else self.alpha * turn_rate + (1 - self.alpha) * tr.w[j]
             hits[i] = tr.hits[j] + 1
+        new_w = np.where(np.hypot(new_v[:, 0], new_v[:, 1]) >= self.min_turn_speed,
+                         np.clip(new_w, -self.max_yaw_rate, self.max_yaw_rate), 0.0)
         keep = np.setdiff1d(np.arange(len(tr.xy)), match[match >= 0])  # tracks missed this time, kept a while
         self.tracks = _Tracks(np.concatenate([xy, tr.xy[keep]]), np.concatenate([new_v, tr.v[keep]]),
-                              np.concatenate([yaw, tr.yaw[keep]]), np.concatenate([raw[:, 3:5], tr.size[keep]]),
+                              np.concatenate([yaw, tr.yaw[keep]]), np.concatenate([new_w, tr.w[keep]]),
+                              np.concatenate([raw[:, 3:5], tr.size[keep]]),
                               np.concatenate([np.full(len(raw), stamp), tr.seen[keep]]),
                               np.concatenate([hits, tr.hits[keep]]))
         self.current = np.arange(len(raw))
@@ -102,7 +124,7 @@ class BoxTracker:
 
     def obstacles_at(self, t: float, pose: tuple[float, float, float]) -> tuple[Obstacle, ...]:
         """The newest set's boxes moved on to time t at their velocities, in the ego frame of `pose` (the ego at t),
-        with their velocities rotated into that frame."""
+        with their velocities rotated into that frame and their yaw rates."""
         if self.stamp is None or not len(self.current):
             return ()
         tr, idx = self.tracks, self.current
@@ -113,5 +135,5 @@ class BoxTracker:
         vx = c * tr.v[idx, 0] + s * tr.v[idx, 1]
         vy = -s * tr.v[idx, 0] + c * tr.v[idx, 1]
         yaw = np.asarray(wrap_angle(tr.yaw[idx] - yaw0), dtype=float).reshape(-1)
-        return tuple(Obstacle(float(p[0]), float(p[1]), float(h), float(sz[0]), float(sz[1]), float(a), float(b))
-                     for p, h, sz, a, b in zip(local, yaw, tr.size[idx], vx, vy))
+        return tuple(Obstacle(float(p[0]), float(p[1]), float(h), float(sz[0]), float(sz[1]), float(a), float(b), float(w))
+                     for p, h, sz, a, b, w in zip(local, yaw, tr.size[idx], vx, vy, tr.w[idx]))
