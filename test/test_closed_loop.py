@@ -217,6 +217,22 @@ def test_dagger_in_two_processes_collects_the_same_samples_in_the_same_order(one
         load_samples(dict(entry, worker=2))
 
 
+def test_dagger_with_safety_reflection_labels_where_the_nodes_repairs_take_the_ego(one_thread):
+    """`reflect: safety`: the planner checks and repairs its plans against the road users' boxes tracked as the node
+    tracks them, so it drives elsewhere than without (here from its third plan on), and the expert labels those
+    states. An unknown mode is refused before anything drives."""
+    from ddrive_ros.training.sources import load_samples
+
+    entry = {"source": "dagger", "checkpoint": "fast_ddrive_tiny", "seed": 6, "episodes": 1}
+    off, on = load_samples(entry), load_samples(dict(entry, reflect="safety"))
+    assert len(on) >= 10 and all(s.source == "dagger" and s.has_labels["trajectory"] for s in on)
+    speeds_off = [s.observation.speed for s in off]
+    speeds_on = [s.observation.speed for s in on]
+    assert speeds_on[:2] == speeds_off[:2] and speeds_on != speeds_off[:len(speeds_on)]
+    with pytest.raises(ValueError, match="reflect"):
+        load_samples(dict(entry, reflect="autoedit"))
+
+
 def test_closed_loop_speculative_drives_exactly_as_ar_with_fewer_forwards(tmp_path):
     """On a stream each plan drafts from the previous one: the same drive as AR (greedy plans are AR's),
     and the rows say how many backbone forwards each plan cost."""

@@ -12,7 +12,10 @@ from ddrive_ros.sim.sample import samples_from_world
 log = logging.getLogger(__name__)
 
 
-def dagger_planner(checkpoint: str, decoder: str, threads: int):
+DAGGER_REFLECT = ("off", "safety")  # safety: the planner checks its plans against tracked boxes, as the node does
+
+
+def dagger_planner(checkpoint: str, decoder: str, threads: int, reflect: str = "off"):
     """The planner a `source: dagger` entry drives (module level: a collecting process builds its own)."""
     import torch
 
@@ -20,24 +23,30 @@ def dagger_planner(checkpoint: str, decoder: str, threads: int):
     from ddrive_ros.planner import Planner, PlannerOptions
 
     torch.set_num_threads(threads)
-    return Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder))
+    return Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder, reflect=reflect))
 
 
 def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     """`source: dagger`: the checkpoint's planner drives closed-loop episodes and the expert labels the
     states it visits (`sim/dagger.py`). Keys: checkpoint, seed, episodes; optional plan_hz, latency_ms,
     decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall),
-    workers (processes driving episodes side by side, each with its own planner: the same samples, sooner)."""
+    workers (processes driving episodes side by side, each with its own planner: the same samples, sooner),
+    reflect (off, or safety: the planner checks and repairs its plans against the road users' boxes tracked as the
+    node tracks them, and the expert labels where those repairs take it)."""
     from ddrive_ros.sim.dagger import collect
 
     missing = {"checkpoint", "seed", "episodes"} - set(data)
     if missing:
         raise ValueError(f"data source dagger needs {sorted(missing)}")
     unknown = set(data) - {"source", "checkpoint", "seed", "episodes", "plan_hz", "latency_ms", "decoder", "threads",
-                           "workers"}
+                           "workers", "reflect"}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} in a `source: dagger` data entry (checkpoint, seed, episodes, "
-                         "plan_hz, latency_ms, decoder, threads, workers)")
+                         "plan_hz, latency_ms, decoder, threads, workers, reflect)")
+    reflect = data.get("reflect", "off")
+    if reflect not in DAGGER_REFLECT:
+        raise ValueError(f"`reflect` of a `source: dagger` data entry must be one of {DAGGER_REFLECT}, not {reflect!r}")
+    tracked = reflect == "safety"
     workers = data.get("workers", 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"`workers` of a `source: dagger` data entry must be an integer >= 1, not {workers!r}")
@@ -45,13 +54,14 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
         from ddrive_ros.sim.dagger import collect_in_processes
 
         return collect_in_processes(dagger_planner, (str(data["checkpoint"]), str(data.get("decoder", "speculative")),
-                                                     int(data.get("threads", 1))),
+                                                     int(data.get("threads", 1)), reflect),
                                     int(data["seed"]), int(data["episodes"]), workers,
                                     plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
-                                    name=str(data["checkpoint"]))
-    planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)))
+                                    name=str(data["checkpoint"]), tracked_boxes=tracked)
+    planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)),
+                             reflect)
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
-                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]))
+                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]), tracked_boxes=tracked)
 
 
 def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
