@@ -6,7 +6,8 @@
 Each row pools the runs of one setting over the validation seeds: reflect off (the `speculative` row of
 `sim_60_val{S}_fast_ddrive_brake_objects_bins.json`), the check with static boxes, with the same boxes tracked for
 their velocities (what the node does with ~/input/obstacles, track_obstacles), with road users and their true
-velocities, the same with the brake repair (the node's defaults since round 17), with road users and the route
+velocities, the same with the brake repair (round 17), the same with followers left out and road users predicted
+along their bends (round 19, the node's defaults; `..._safety_tracked_brake_ctrv.json`), with road users and the route
 corridor (the `speculative+safety` rows of `..._safety_boxes_m0.json`, `..._safety_tracked.json`,
 `..._safety_tracked_brake.json`, `..._safety_objects_m0.json`, `..._safety.json`; all but the brake row repaired by
 inpainting), and the IDM planner
@@ -31,7 +32,9 @@ SETTINGS = [
     ("reflect off (default)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins.json", "speculative"),
     ("static boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_boxes_m0.json", "speculative+safety"),
     ("tracked boxes", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked.json", "speculative+safety"),
-    ("tracked + brake (the node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake.json",
+    ("tracked + brake (round 17)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake.json",
+     "speculative+safety"),
+    ("followers + bends (node)", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_tracked_brake_ctrv.json",
      "speculative+safety"),
     ("road users, no map", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety_objects_m0.json", "speculative+safety"),
     ("road users + corridor", "sim_60_val{seed}_fast_ddrive_brake_objects_bins_safety.json", "speculative+safety"),

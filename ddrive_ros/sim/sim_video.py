@@ -20,7 +20,7 @@ CAMERA_HEIGHT = 144
 LANE_REACH_M = 90.0
 
 
-def _lanes(world: ClosedLoopWorld, k: int) -> list[np.ndarray]:
+def lane_lines(world: ClosedLoopWorld, k: int) -> list[np.ndarray]:
     """Lane boundaries near the ego, in the ego frame at step k."""
     out = []
     pose_xy, yaw = world.ego_xy[k], float(world.ego_yaw[k])
@@ -61,7 +61,7 @@ def bev_frame(run: EpisodeRun, k: int, expert: EpisodeRun | None = None, size: i
         e = expert.world
         truth = world_to_ego(e.ego_xy[k:min(k + 100, e.k + 1):5], pose_xy, yaw)
     s = run.score
-    scene = draw.Scene(plan=plan_xy, truth=truth, rollouts=rollouts, agents=agents, lanes=_lanes(w, k),
+    scene = draw.Scene(plan=plan_xy, truth=truth, rollouts=rollouts, agents=agents, lanes=lane_lines(w, k),
                        ego=draw.Box(1.4, 0.0, 0.0, float(EGO_HALF[0]), float(EGO_HALF[1])),
                        title=f"{run.method}  seed {run.seed}  t={k * w.dt:.1f}s",
                        lines=[f"{w.nav_command[k]}  v {w.ego_v[k]:.1f} m/s",
