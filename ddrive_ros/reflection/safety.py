@@ -350,15 +350,12 @@ def predict(obstacles: tuple[Obstacle, ...] | list[Obstacle], t: np.ndarray) -> 
 def _followers(behind: np.ndarray, flagged: np.ndarray, kq: np.ndarray, col: np.ndarray, n: int) -> np.ndarray:
     """(C, Q): the pair's road user is the plan's follower, `behind` at the first waypoint where it is `flagged` in
     that plan (both (C, Q) over the pairs of waypoint kq and road user column col)."""
-    C = flagged.shape[0]
-    first = np.full((C, n), np.iinfo(np.int64).max)
+    follower = np.zeros((flagged.shape[0], n), bool)
     for j in range(n):
         cols = col == j
-        first[:, j] = np.where(flagged[:, cols], kq[cols][None], first[:, j:j + 1]).min(axis=1)
-    at_first = flagged & (kq[None] == first[:, col])
-    follower = np.zeros((C, n), bool)
-    for j in range(n):
-        follower[:, j] = (at_first[:, col == j] & behind[:, col == j]).any(axis=1)
+        k, f = kq[cols][None], flagged[:, cols]
+        first = np.where(f, k, np.iinfo(np.int64).max).min(axis=1, keepdims=True)
+        follower[:, j] = (f & (k == first) & behind[:, cols]).any(axis=1)
     return follower[:, col]
 
 

@@ -36,9 +36,13 @@ def read_episodes(path: Path) -> list[dict[str, Any]]:
     return episodes
 
 
+def _methods(episodes: list[dict[str, Any]]) -> set[str]:
+    return {str(e.get("method")) for e in episodes}
+
+
 def methods_in(path: Path) -> set[str]:
     """The method rows a saved `ddrive sim --json` run holds episodes of."""
-    return {str(e.get("method")) for e in read_episodes(path)}
+    return _methods(read_episodes(path))
 
 
 def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
@@ -46,7 +50,7 @@ def load_episodes(path: Path, method: str) -> dict[int, dict[str, Any]]:
     episodes = read_episodes(path)
     mine = {int(e["seed"]): e for e in episodes if e.get("method") == method}
     if not mine:
-        methods = sorted({str(e.get("method")) for e in episodes})
+        methods = sorted(_methods(episodes))
         raise ValueError(f"{path}: no episodes of method {method!r}; it has {methods}")
     return mine
 

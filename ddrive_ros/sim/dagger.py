@@ -29,6 +29,7 @@ from ddrive_ros.sim.closed_loop import ClosedLoopWorld
 from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
 from ddrive_ros.sim.drivers import ModelDriver
 from ddrive_ros.sim.fork_score import expert_ahead
+from ddrive_ros.sim.safety_context import TrackedBoxes
 from ddrive_ros.sim.sample import episode_seeds
 from ddrive_ros.sim.world import SIM_DT
 from ddrive_ros.timeline import FUTURE_HORIZON_S, OUTPUT_TIMES
@@ -86,14 +87,13 @@ class LabellingDriver(ModelDriver):
 
 
 def collect_episodes(planner, ep_seeds: list[int], plan_hz: float = 5.0, latency_ms: float = 200.0,
-                     progress: bool = True, tracked_boxes: bool = False) -> tuple[list[Sample], Drops]:
+                     progress: bool = True) -> tuple[list[Sample], Drops]:
     """The labelled samples and drops of `planner` driving the given episode seeds, in their order. Each
     episode starts from `restart_sampling()`, so an episode's samples do not depend on what ran before it.
-    With `tracked_boxes`, every plan gets the road users as the node gets them (`sim/safety_context.TrackedBoxes`):
-    for a planner with safety reflection on, whose repairs take the ego to states the expert never drives into
-    (braked for a road user and slow), which the expert then labels with its way back."""
-    from ddrive_ros.sim.safety_context import TrackedBoxes
-
+    A planner with safety reflection on (`options.reflect` safety or both) gets the road users as the node gets them
+    (`sim/safety_context.TrackedBoxes`): its repairs take the ego to states the expert never drives into (braked for
+    a road user and slow), which the expert then labels with its way back."""
+    tracked_boxes = getattr(getattr(planner, "options", None), "reflect", "off") in ("safety", "both")
     opts = LoopOptions(duration_s=EPISODE_S, plan_hz=plan_hz, latency_ms=latency_ms)
     driven_until = EPISODE_S - FUTURE_HORIZON_S
     samples: list[Sample] = []
@@ -122,12 +122,11 @@ def _finish(samples: list[Sample], drops: Drops, episodes: int, seed: int, name:
 
 
 def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
-            name: str = "planner", progress: bool = True, tracked_boxes: bool = False) -> list[Sample]:
+            name: str = "planner", progress: bool = True) -> list[Sample]:
     """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
     `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
-    from `seed`; use seeds no evaluation uses). `name` is for the log; `tracked_boxes` as `collect_episodes`."""
-    samples, drops = collect_episodes(planner, episode_seeds(seed, episodes), plan_hz, latency_ms, progress,
-                                      tracked_boxes)
+    from `seed`; use seeds no evaluation uses). `name` is for the log."""
+    samples, drops = collect_episodes(planner, episode_seeds(seed, episodes), plan_hz, latency_ms, progress)
     return _finish(samples, drops, episodes, seed, name)
 
 
@@ -140,13 +139,13 @@ def _init_worker(make_planner: Callable[..., object], make_args: tuple) -> None:
     _WORKER_PLANNER = make_planner(*make_args)
 
 
-def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float, tracked_boxes: bool) -> tuple[list[Sample], Drops]:
-    return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False, tracked_boxes=tracked_boxes)
+def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float) -> tuple[list[Sample], Drops]:
+    return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False)
 
 
 def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, seed: int, episodes: int,
                          workers: int, plan_hz: float = 5.0, latency_ms: float = 200.0, name: str = "planner",
-                         progress: bool = True, tracked_boxes: bool = False) -> list[Sample]:
+                         progress: bool = True) -> list[Sample]:
     """`collect` with the episodes spread over `workers` processes, each building its planner once as
     `make_planner(*make_args)` (a module-level function, so a spawned process can import it: the layer
     that knows checkpoints passes it in). The samples are those of the one-process `collect`, in the same
@@ -160,7 +159,7 @@ def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, 
     results: dict[int, tuple[list[Sample], Drops]] = {}
     with ProcessPoolExecutor(max_workers=int(workers), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(make_planner, tuple(make_args))) as pool:
-        futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms, tracked_boxes): i for i, s in enumerate(seeds)}
+        futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms): i for i, s in enumerate(seeds)}
         for fut in tqdm(as_completed(futures), total=len(futures), desc=f"dagger episodes ({workers} processes)",
                         unit="ep", disable=not progress):
             results[futures[fut]] = fut.result()

@@ -46,7 +46,6 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     reflect = data.get("reflect", "off")
     if reflect not in DAGGER_REFLECT:
         raise ValueError(f"`reflect` of a `source: dagger` data entry must be one of {DAGGER_REFLECT}, not {reflect!r}")
-    tracked = reflect == "safety"
     workers = data.get("workers", 1)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"`workers` of a `source: dagger` data entry must be an integer >= 1, not {workers!r}")
@@ -57,11 +56,11 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
                                                      int(data.get("threads", 1)), reflect),
                                     int(data["seed"]), int(data["episodes"]), workers,
                                     plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
-                                    name=str(data["checkpoint"]), tracked_boxes=tracked)
+                                    name=str(data["checkpoint"]))
     planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)),
                              reflect)
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
-                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]), tracked_boxes=tracked)
+                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]))
 
 
 def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
