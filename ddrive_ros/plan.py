@@ -64,6 +64,9 @@ class Plan:
     stamp: float = 0.0
     draft_waypoints: np.ndarray | None = None  # (K, 2) before reflection, when the planner reflected
     pulled_away: bool = False  # the trajectory was re-timed to pull away on the meta's ACCELERATE (start_on_meta)
+    # start_on_meta would have pulled away, but the pull-away met a road user or left the corridor that the plan
+    # as decoded did not (safety reflection's context): the plan was left as decoded
+    pull_away_refused: bool = False
 
     @property
     def valid(self) -> bool:

@@ -20,6 +20,7 @@ from ddrive_ros.observation import Observation
 from ddrive_ros.plan import Plan
 from ddrive_ros.planner_options import PlannerOptions
 from ddrive_ros.previous_plan import prior_ids
+from ddrive_ros.reflection import safety
 from ddrive_ros.reflection.safety import SafetyContext
 from ddrive_ros.scaffold.codec import Codec
 from ddrive_ros.scaffold.layout import Layout
@@ -147,7 +148,7 @@ class Planner:
         stats.prior = source if prior is not None else ""
         self._plans += 1
         ids = ids.cpu().numpy()
-        plan = self._postprocess(ids, obs)
+        plan = self._postprocess(ids, obs, context if opt.reflect in ("safety", "both") else None)
         if reflector is not None and reflector.draft is not None:
             drafts = [self.codec.decode(row).waypoints for row in reflector.draft.cpu().numpy()]
             plan.draft_waypoints = np.mean(drafts, axis=0)
@@ -158,7 +159,10 @@ class Planner:
         self._previous = (plan, ids[0])
         return plan, ids
 
-    def _postprocess(self, ids: np.ndarray, obs: Observation) -> Plan:
+    def _postprocess(self, ids: np.ndarray, obs: Observation, context: SafetyContext | None = None) -> Plan:
+        """The published plan from the decoded ids: interpolated, smoothed, re-timed by the meta where asked.
+        `context`: safety reflection's, when it ran; a pull-away (start_on_meta) is written after reflection, so it
+        is checked here and left out where it meets a road user or leaves the corridor the decoded plan did not."""
         plans = [self.codec.decode(row) for row in ids]
         plan = plans[0]
         plan.stamp = obs.stamp
@@ -178,6 +182,10 @@ class Planner:
                          and 0.0 < obs.stamp - before.stamp <= PULL_AWAY_MAX_GAP_S)
             pulled = start_on_meta(xy, OUTPUT_TIMES, obs.speed, plan.meta.longitudinal, plan.meta.target_speed,
                                    standing=START_RELEASE_MPS if under_way else START_STANDING_MPS)
+            if pulled is not xy and context is not None and (
+                    safety.road_user_cost(pulled, OUTPUT_TIMES, context)
+                    > safety.road_user_cost(xy, OUTPUT_TIMES, context) + 1e-9):
+                plan.pull_away_refused, pulled = True, xy
             plan.pulled_away, xy = pulled is not xy, pulled
         yaw, speed = path_yaw_speed(xy, OUTPUT_TIMES, start_yaw=0.0, start_speed=obs.speed)
         plan.trajectory = to_trajectory_array(OUTPUT_TIMES, xy, yaw, speed)

@@ -233,3 +233,30 @@ def test_the_planner_pulls_away_only_when_asked_and_goes_on_while_the_pull_away_
         assert going.pulled_away == asked and (going.trajectory[-1, 1] > 10.0) == asked
         first.stamp = obs.stamp - 2.0  # too old to go on from
         assert not planner._postprocess(ids, obs).pulled_away
+
+
+def test_a_pull_away_that_meets_a_road_user_the_decoded_plan_kept_clear_of_is_refused():
+    """start_on_meta is written after safety reflection, so the planner checks it against reflection's context: a
+    standing car 6 m ahead refuses the pull-away, one in the next lane does not."""
+    from ddrive_ros.checkpoint import build_random
+    from ddrive_ros.observation import Observation
+    from ddrive_ros.plan import MetaBehavior, Plan
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+    from ddrive_ros.reflection.safety import Obstacle, SafetyContext
+
+    bundle = build_random("tiny", "fast_ddrive_bins", seed=3)
+    frozen = Plan("fast_ddrive_bins", np.zeros((10, 2)), np.arange(1, 11) * 0.5, explanation="the road ahead is clear .",
+                  meta=MetaBehavior("ACCELERATE", "STRAIGHT", 4.0, "OFF"))
+    obs = Observation(images=np.zeros((2, 3, 96, 160, 3), np.uint8), past_xy=np.zeros((4, 2)), speed=0.0, accel=0.0,
+                      yaw_rate=0.0, nav_command="FOLLOW_LANE", stamp=1.0)
+    planner = Planner(bundle, PlannerOptions(draft_previous=False, start_on_meta=True, reflect="safety"))
+    ids = planner.codec.encode(frozen).ids[None]
+    ahead = SafetyContext(v0=0.0, obstacles=(Obstacle(8.0, 0.0, 0.0, 4.5, 1.9),))
+    beside = SafetyContext(v0=0.0, obstacles=(Obstacle(8.0, 3.5, 0.0, 4.5, 1.9),))
+    refused = planner._postprocess(ids, obs, ahead)
+    assert refused.pull_away_refused and not refused.pulled_away and refused.trajectory[-1, 1] < 1.0
+    going = planner._postprocess(ids, obs, beside)
+    assert going.pulled_away and not going.pull_away_refused and going.trajectory[-1, 1] > 5.0
+    alone = planner._postprocess(ids, obs)  # no context (reflection off, or no road users given): not checked
+    assert alone.pulled_away

@@ -504,6 +504,13 @@ def check(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, long
     return out
 
 
+def road_user_cost(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext) -> float:
+    """What a plan costs by the rules about the world outside the ego: road users (ROAD_USER_KINDS) and the
+    drivable corridor. Its own kinematics and meta are left out: a re-timing that a caller makes on purpose
+    (a pull-away, speed_smoothing.start_on_meta) is judged by what it meets, not by how it moves."""
+    return cost([v for v in check(waypoints, times, context) if v.kind in ROAD_USER_KINDS or v.kind == "corridor"])
+
+
 def _repair_batch(p: np.ndarray, k: int, anchors: np.ndarray) -> np.ndarray:
     """`repair` for many anchors (C, 2) of one plan p (K, 2): plans (C, K, 2)."""
     line = np.concatenate([np.zeros((1, 2)), p])  # origin, then the waypoints; waypoint j is line[j + 1]
