@@ -232,6 +232,33 @@ def test_start_sampling_draws_the_standing_samples_whose_future_gets_going():
         sampling_weights(nav, 0.0, pull_away=torch.zeros(4), start_share=0.5)
 
 
+def test_recover_sampling_draws_the_braking_samples_whose_future_drives_on():
+    from types import SimpleNamespace
+
+    from ddrive_ros.training.dataset import RECOVER_FULL_MPS, recover_share
+    from ddrive_ros.training.trainer import sampling_weights
+
+    t = np.linspace(0.1, 5.0, 50)
+
+    def sample(x, speed, accel):
+        return SimpleNamespace(future_times=t, future_xy=np.column_stack([x, np.zeros_like(x)]),
+                               observation=SimpleNamespace(speed=speed, accel=accel))
+
+    on = 3.0 * t + 0.5 * 1.0 * t ** 2  # 3 m/s, then 1 m/s^2: 8 m/s at 5 s
+    assert recover_share(sample(on, 3.0, -2.0)) == 1.0  # braked hard, drives on
+    assert abs(recover_share(sample(3.0 * t + 0.5 * 0.2 * t ** 2, 3.0, -1.0)) - 1.0 / RECOVER_FULL_MPS) < 0.05
+    assert recover_share(sample(on, 3.0, 0.0)) == 0.0  # not braking now: a plain speed-up
+    assert recover_share(sample(np.minimum(3.0 * t - 0.6 * t ** 2, 3.75), 3.0, -1.0)) == 0.0  # slows on to a stop
+    assert recover_share(sample(3.0 * t, 3.0, -1.0)) < 1e-9  # holds its speed: nothing to recover
+    nav = torch.zeros(3, dtype=torch.long)
+    w = sampling_weights(nav, 0.0, recovery=torch.tensor([0.0, 1.0, 0.0]), recover_share=0.5)
+    assert torch.allclose(w, torch.tensor([1 / 6, 1 / 6 + 0.5, 1 / 6], dtype=w.dtype))
+    with pytest.raises(ValueError, match="one recover value per sample"):
+        sampling_weights(nav, 0.0, recover_share=0.5)
+    with pytest.raises(ValueError, match="no braking sample's future drives on"):
+        sampling_weights(nav, 0.0, recovery=torch.zeros(3), recover_share=0.5)
+
+
 def test_camera_augmentation_jitters_and_shifts_each_camera_the_same_way_in_both_frames():
     from ddrive_ros.training.augment import CameraAugment
 

@@ -48,6 +48,7 @@ class TensorData:
     surprise: torch.Tensor | None = None  # (N,) metres: how far the future departs from constant velocity
     slowdown: torch.Tensor | None = None  # (N,) 0..1: the share of its speed the future sheds (brake_share())
     pull_away: torch.Tensor | None = None  # (N,) 0..1: how much a standing ego's future gets going (start_share())
+    recovery: torch.Tensor | None = None  # (N,) 0..1: how much a braking ego's future drives on (recover_share())
     self_ids: torch.Tensor | None = None  # (N, L) the starting model's own greedy plans (training/self_targets.py)
 
     def __len__(self) -> int:
@@ -95,9 +96,10 @@ def tensorize(samples, codec: Codec, cfg: ModelConfig) -> TensorData:
     surprise = torch.tensor([cv_surprise(s, times) for s in samples], dtype=torch.float32)
     slowdown = torch.tensor([brake_share(s) for s in samples], dtype=torch.float32)
     pull_away = torch.tensor([start_share(s) for s in samples], dtype=torch.float32)
+    recovery = torch.tensor([recover_share(s) for s in samples], dtype=torch.float32)
     return TensorData(images, ego, torch.tensor([tok.id(f"<nav:{n}>") for n in nav]),
                       torch.from_numpy(np.stack(ids)), torch.from_numpy(np.stack(lab)), clipped, surprise, slowdown,
-                      pull_away)
+                      pull_away, recovery)
 
 
 def cv_surprise(sample, times: np.ndarray) -> float:
@@ -140,6 +142,27 @@ def start_share(sample) -> float:
     if float(sample.observation.speed) >= START_STANDING_MPS:
         return 0.0
     return float(np.clip(np.max(_segment_speeds(sample)) / START_FULL_MPS, 0.0, 1.0))
+
+
+RECOVER_BRAKING_MPS2 = -0.5  # m/s^2: a sample whose acceleration input is below this brakes now (recover_share)
+RECOVER_SLACK_MPS = 1.0  # m/s: a future that runs slower than the present speed less this slows on (a stop): not one
+RECOVER_FULL_MPS = 2.0  # m/s: a future that gets this much faster than the present is a full recovery
+
+
+def recover_share(sample) -> float:
+    """How much a braking ego's future drives on, in [0, 1]: 0 unless the ego brakes now (its acceleration input
+    below RECOVER_BRAKING_MPS2) and its future never runs slower than the present speed less RECOVER_SLACK_MPS
+    (a future that slows on is a stop, `brake_share`'s case); then how far the future's top segment speed rises
+    above the present, over RECOVER_FULL_MPS, clipped. Near 1 in the states a brake repair leaves the ego in,
+    braked for a road user that has gone, where the expert's label drives on and the learned planner carries its
+    own braking on to a stop (docs/training.md, "Round 20"); the expert's own episodes seldom show one."""
+    v0 = float(sample.observation.speed)
+    if float(sample.observation.accel) >= RECOVER_BRAKING_MPS2:
+        return 0.0
+    v = _segment_speeds(sample)
+    if float(np.min(v)) < v0 - RECOVER_SLACK_MPS:
+        return 0.0
+    return float(np.clip((float(np.max(v)) - v0) / RECOVER_FULL_MPS, 0.0, 1.0))
 
 
 def future_at(sample, times: np.ndarray) -> np.ndarray:

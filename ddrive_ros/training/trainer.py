@@ -68,6 +68,7 @@ class TrainConfig:
     surprise_cap: float = 8.0  # metres: surprise above this weighs as this (a few outliers must not dominate)
     brake: float = 0.0  # share of sampling weight proportional to the share of its speed a sample's future sheds
     start: float = 0.0  # share of sampling weight proportional to how much a standing ego's future gets going
+    recover: float = 0.0  # share of sampling weight proportional to how much a braking ego's future drives on
     ema: float = 0.0  # > 0: exponential moving average of the weights with this decay; the EMA weights are saved
     augment: dict[str, float] = field(default_factory=dict)  # camera augmentation (training/augment.py)
     context_swap: float = 0.0  # fraction of rows whose context_swap_sections come from another row (context_swap.py)
@@ -126,7 +127,8 @@ def bin_sigma_at(step: int, cfg: TrainConfig) -> float:
 def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor | None = None,
                      surprise_share: float = 0.0, surprise_cap: float = 8.0, slowdown: torch.Tensor | None = None,
                      brake_share: float = 0.0, pull_away: torch.Tensor | None = None,
-                     start_share: float = 0.0) -> torch.Tensor | None:
+                     start_share: float = 0.0, recovery: torch.Tensor | None = None,
+                     recover_share: float = 0.0) -> torch.Tensor | None:
     """Per-sample weights, a mix of four distributions: uniform (1 - the other shares), equal
     weight per navigation command (balance: turns and lane changes are about a fifth of the data and
     would otherwise be seen rarely), proportional to each sample's constant-velocity surprise in
@@ -135,8 +137,11 @@ def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor |
     its speed the future sheds (brake_share, `dataset.brake_share`: closing on a queue or a stop line,
     the states where the learned planner rear-ends, bench/collision_kinds.py), and proportional to how much a
     standing ego's future gets going (start_share, `dataset.start_share`: pulling away from a stop line or a queue,
-    where it stays put). None: uniform."""
-    shares = {"balance": balance, "surprise": surprise_share, "brake": brake_share, "start": start_share}
+    where it stays put), and proportional to how much a braking ego's future drives on (recover_share,
+    `dataset.recover_share`: braked by a repair for a road user that has gone, where it carries its braking on).
+    None: uniform."""
+    shares = {"balance": balance, "surprise": surprise_share, "brake": brake_share, "start": start_share,
+              "recover": recover_share}
     if any(not 0 <= v <= 1 for v in shares.values()) or sum(shares.values()) > 1:
         raise ValueError(f"sampling shares {shares} must each be in [0, 1] and sum to <= 1")
     if sum(shares.values()) == 0:
@@ -154,6 +159,8 @@ def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor |
         w += brake_share * _proportional(slowdown, n, 1.0, "brake", "no sample's future slows down")
     if start_share > 0:
         w += start_share * _proportional(pull_away, n, 1.0, "start", "no standing sample's future gets going")
+    if recover_share > 0:
+        w += recover_share * _proportional(recovery, n, 1.0, "recover", "no braking sample's future drives on")
     return w
 
 
@@ -261,7 +268,7 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
                total=cfg.steps)
     weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
                                data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake,
-                               data.pull_away, cfg.start)
+                               data.pull_away, cfg.start, data.recovery, cfg.recover)
     if weights is not None and data.slowdown is not None:
         braking = data.slowdown > 0.5
         log.info("sampling: %d of %d samples shed over half their speed; they get %.1f%% of the draws (uniform: %.1f%%)",
@@ -271,6 +278,11 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
         log.info("sampling: %d of %d samples pull away from standing; they get %.1f%% of the draws (uniform: %.1f%%)",
                  int(starting.sum()), len(data), 100.0 * float(weights[starting].sum()),
                  100.0 * float(starting.float().mean()))
+    if weights is not None and data.recovery is not None:
+        recovering = data.recovery > 0.5
+        log.info("sampling: %d of %d samples brake now and their future drives on; they get %.1f%% of the draws "
+                 "(uniform: %.1f%%)", int(recovering.sum()), len(data), 100.0 * float(weights[recovering].sum()),
+                 100.0 * float(recovering.float().mean()))
     if not 0.0 <= cfg.self_targets <= 1.0:
         raise ValueError(f"self_targets must be a share of rows in [0, 1], got {cfg.self_targets}")
     augment = CameraAugment.from_dict(cfg.augment)
