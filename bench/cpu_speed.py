@@ -141,9 +141,9 @@ def make_run(model: str, decoder: str, path: str, threads: int, export_root: Pat
     # the decoded ids are what token agreement compares; Planner hands them to _postprocess only
     postprocess = planner._postprocess
 
-    def keep_ids(ids: np.ndarray, obs):
+    def keep_ids(ids: np.ndarray, obs, context=None):
         run.ids.append(ids[0].copy())
-        return postprocess(ids, obs)
+        return postprocess(ids, obs, context)
 
     planner._postprocess = keep_ids
     # the backend's own time per decode step, so the loop's host work is what is left of "blocks"

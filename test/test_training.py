@@ -248,6 +248,7 @@ def test_recover_sampling_draws_the_braking_samples_whose_future_drives_on():
     assert recover_share(sample(on, 3.0, -2.0)) == 1.0  # braked hard, drives on
     assert abs(recover_share(sample(3.0 * t + 0.5 * 0.2 * t ** 2, 3.0, -1.0)) - 1.0 / RECOVER_FULL_MPS) < 0.05
     assert recover_share(sample(on, 3.0, 0.0)) == 0.0  # not braking now: a plain speed-up
+    assert recover_share(sample(1.0 * t + 0.5 * 1.0 * t ** 2, 1.0, -1.0)) == 0.0  # near a halt: start_share's case
     assert recover_share(sample(np.minimum(3.0 * t - 0.6 * t ** 2, 3.75), 3.0, -1.0)) == 0.0  # slows on to a stop
     assert recover_share(sample(3.0 * t, 3.0, -1.0)) < 1e-9  # holds its speed: nothing to recover
     nav = torch.zeros(3, dtype=torch.long)

@@ -104,7 +104,8 @@ PARAMETERS: dict[str, Spec] = {
                               choices=("off", "always", "named")),
     "start_on_meta": Spec(_OPT.start_on_meta, P.PARAMETER_BOOL,
                           "pull a standing ego away when the plan's own meta says ACCELERATE and its trajectory stays "
-                          "put (speed_smoothing.start_on_meta; docs/closed_loop.md)"),
+                          "put (speed_smoothing.start_on_meta; docs/closed_loop.md); with reflect safety, refused "
+                          "where it meets a road user the decoded plan did not"),
     # ---- inputs (subscriptions and buffers: read-only)
     "camera_type": Spec("raw", P.PARAMETER_STRING,
                         "raw: subscribe ~/input/camera/<cam>/image (Image); compressed: .../image/compressed",

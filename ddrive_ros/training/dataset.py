@@ -145,19 +145,23 @@ def start_share(sample) -> float:
 
 
 RECOVER_BRAKING_MPS2 = -0.5  # m/s^2: a sample whose acceleration input is below this brakes now (recover_share)
+# m/s: a slower sample is not rolling on: a halt at a stop line and the pull-away after it are start_share's case, and
+# weighting them taught the model to run stop signs (round 16; round 20's first stage, which counted them: 5 -> 11)
+RECOVER_ROLLING_MPS = 2.0
 RECOVER_SLACK_MPS = 1.0  # m/s: a future that runs slower than the present speed less this slows on (a stop): not one
 RECOVER_FULL_MPS = 2.0  # m/s: a future that gets this much faster than the present is a full recovery
 
 
 def recover_share(sample) -> float:
-    """How much a braking ego's future drives on, in [0, 1]: 0 unless the ego brakes now (its acceleration input
-    below RECOVER_BRAKING_MPS2) and its future never runs slower than the present speed less RECOVER_SLACK_MPS
+    """How much a braking ego's future drives on, in [0, 1]: 0 unless the ego rolls (at RECOVER_ROLLING_MPS or
+    faster) and brakes now (its acceleration input below RECOVER_BRAKING_MPS2) and its future never runs slower than
+    the present speed less RECOVER_SLACK_MPS
     (a future that slows on is a stop, `brake_share`'s case); then how far the future's top segment speed rises
     above the present, over RECOVER_FULL_MPS, clipped. Near 1 in the states a brake repair leaves the ego in,
     braked for a road user that has gone, where the expert's label drives on and the learned planner carries its
     own braking on to a stop (docs/training.md, "Round 20"); the expert's own episodes seldom show one."""
     v0 = float(sample.observation.speed)
-    if float(sample.observation.accel) >= RECOVER_BRAKING_MPS2:
+    if v0 < RECOVER_ROLLING_MPS or float(sample.observation.accel) >= RECOVER_BRAKING_MPS2:
         return 0.0
     v = _segment_speeds(sample)
     if float(np.min(v)) < v0 - RECOVER_SLACK_MPS:
