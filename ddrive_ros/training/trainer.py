@@ -129,7 +129,7 @@ def sampling_weights(nav: torch.Tensor, balance: float, surprise: torch.Tensor |
                      brake_share: float = 0.0, pull_away: torch.Tensor | None = None,
                      start_share: float = 0.0, recovery: torch.Tensor | None = None,
                      recover_share: float = 0.0) -> torch.Tensor | None:
-    """Per-sample weights, a mix of four distributions: uniform (1 - the other shares), equal
+    """Per-sample weights, a mix of distributions: uniform (1 - the other shares), equal
     weight per navigation command (balance: turns and lane changes are about a fifth of the data and
     would otherwise be seen rarely), proportional to each sample's constant-velocity surprise in
     metres, capped at `surprise_cap` (surprise_share: curve starts, stop-sign approaches and braking
