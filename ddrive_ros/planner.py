@@ -129,8 +129,9 @@ class Planner:
         t2 = time.perf_counter()
         opt = self.options
         reflector = None
+        checks_safety = opt.reflect in ("safety", "both")
         if opt.reflect != "off":
-            if opt.reflect in ("safety", "both") and context is None:
+            if checks_safety and context is None:
                 context = SafetyContext(v0=float(obs.speed))
             reflector = _keep_draft(make_reflector(opt.reflect, self.codec, context, opt.autoedit_tau, opt.safety_rounds,
                                                       opt.manoeuvre_resamples, opt.safety_repair))
@@ -148,7 +149,7 @@ class Planner:
         stats.prior = source if prior is not None else ""
         self._plans += 1
         ids = ids.cpu().numpy()
-        plan = self._postprocess(ids, obs, context if opt.reflect in ("safety", "both") else None)
+        plan = self._postprocess(ids, obs, context if checks_safety else None)
         if reflector is not None and reflector.draft is not None:
             drafts = [self.codec.decode(row).waypoints for row in reflector.draft.cpu().numpy()]
             plan.draft_waypoints = np.mean(drafts, axis=0)

@@ -156,9 +156,9 @@ def recover_share(sample) -> float:
     """How much a braking ego's future drives on, in [0, 1]: 0 unless the ego rolls (at RECOVER_ROLLING_MPS or
     faster) and brakes now (its acceleration input below RECOVER_BRAKING_MPS2) and its future never runs slower than
     the present speed less RECOVER_SLACK_MPS (a future that slows on is a stop, `brake_share`'s case); then how far
-    the future's top segment speed rises above the present, over RECOVER_FULL_MPS, clipped. Near 1 in the states a brake repair leaves the ego in,
-    braked for a road user that has gone, where the expert's label drives on and the learned planner carries its
-    own braking on to a stop (docs/training.md, "Round 20"); the expert's own episodes seldom show one."""
+    the future's top segment speed rises above the present, over RECOVER_FULL_MPS, clipped. Near 1 in the states a
+    brake repair leaves the ego in, braked for a road user that has gone, where the expert's label drives on and the
+    learned planner carries its own braking on to a stop (docs/training.md, "Round 20")."""
     v0 = float(sample.observation.speed)
     if v0 < RECOVER_ROLLING_MPS or float(sample.observation.accel) >= RECOVER_BRAKING_MPS2:
         return 0.0

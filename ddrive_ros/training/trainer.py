@@ -269,20 +269,12 @@ def train(cfg: TrainConfig, data: TensorData, bundle: ckpt.Bundle | None = None,
     weights = sampling_weights(balance_key(data, Layout(bundle.schema, bundle.tokenizer), cfg.balance_by), cfg.balance,
                                data.surprise, cfg.surprise, cfg.surprise_cap, data.slowdown, cfg.brake,
                                data.pull_away, cfg.start, data.recovery, cfg.recover)
-    if weights is not None and data.slowdown is not None:
-        braking = data.slowdown > 0.5
-        log.info("sampling: %d of %d samples shed over half their speed; they get %.1f%% of the draws (uniform: %.1f%%)",
-                 int(braking.sum()), len(data), 100.0 * float(weights[braking].sum()), 100.0 * float(braking.float().mean()))
-    if weights is not None and data.pull_away is not None:
-        starting = data.pull_away > 0.5
-        log.info("sampling: %d of %d samples pull away from standing; they get %.1f%% of the draws (uniform: %.1f%%)",
-                 int(starting.sum()), len(data), 100.0 * float(weights[starting].sum()),
-                 100.0 * float(starting.float().mean()))
-    if weights is not None and data.recovery is not None:
-        recovering = data.recovery > 0.5
-        log.info("sampling: %d of %d samples brake now and their future drives on; they get %.1f%% of the draws "
-                 "(uniform: %.1f%%)", int(recovering.sum()), len(data), 100.0 * float(weights[recovering].sum()),
-                 100.0 * float(recovering.float().mean()))
+    for values, what in ((data.slowdown, "shed over half their speed"), (data.pull_away, "pull away from standing"),
+                         (data.recovery, "brake now and their future drives on")):
+        if weights is not None and values is not None:
+            chosen = values > 0.5
+            log.info("sampling: %d of %d samples %s; they get %.1f%% of the draws (uniform: %.1f%%)", int(chosen.sum()),
+                     len(data), what, 100.0 * float(weights[chosen].sum()), 100.0 * float(chosen.float().mean()))
     if not 0.0 <= cfg.self_targets <= 1.0:
         raise ValueError(f"self_targets must be a share of rows in [0, 1], got {cfg.self_targets}")
     augment = CameraAugment.from_dict(cfg.augment)
