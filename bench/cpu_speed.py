@@ -138,14 +138,6 @@ def make_run(model: str, decoder: str, path: str, threads: int, export_root: Pat
     planner = Planner(bundle, PlannerOptions(backend=backend, decoder=name, knobs=knobs, backend_options=options,
                                              draft_previous=draft_previous))
     run = Run(model, decoder, path, planner, setup_s=time.perf_counter() - t0)
-    # the decoded ids are what token agreement compares; Planner hands them to _postprocess only
-    postprocess = planner._postprocess
-
-    def keep_ids(ids: np.ndarray, obs, context=None):
-        run.ids.append(ids[0].copy())
-        return postprocess(ids, obs, context)
-
-    planner._postprocess = keep_ids
     # the backend's own time per decode step, so the loop's host work is what is left of "blocks"
     step = planner.backend.step
 
@@ -159,7 +151,6 @@ def make_run(model: str, decoder: str, path: str, threads: int, export_root: Pat
     t0 = time.perf_counter()
     planner.plan(first_obs)  # warm-up: compilation, ORT session warm-up, allocator
     run.first_plan_s = time.perf_counter() - t0
-    run.ids.clear()
     return run
 
 
@@ -301,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.stream:
                     r.planner.restart_sampling()  # cold: no previous plan to draft from
                 t0 = time.perf_counter()
-                plan = r.planner.plan(sample.observation)
+                plan, ids = r.planner.plan_and_ids(sample.observation)
                 r.ms.append((time.perf_counter() - t0) * 1e3)
+                r.ids.append(ids[0].copy())  # the decoded ids: what token agreement compares
                 r.stages.append(stage_split(plan.stats.stage_ms, r.step_ms, r.ms[-1]))
                 r.forwards.append(plan.stats.forwards)
                 # blocks drafted from the previous plan (a cold plan's ego-state draft of its trajectory is not one)
