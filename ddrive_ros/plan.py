@@ -90,6 +90,8 @@ class Plan:
             out["draft_waypoints"] = np.asarray(self.draft_waypoints, dtype=float).round(3).tolist()
         if self.rollouts:
             out["rollouts"] = [np.asarray(r).round(3).tolist() for r in self.rollouts]
+        if self.pulled_away or self.pull_away_refused:  # start_on_meta re-timed the plan, or would have
+            out["pull_away"] = "pulled" if self.pulled_away else "refused"
         out["validity"] = dict(self.validity)
         if self.stats is not None:
             out["stats"] = self.stats.to_dict()

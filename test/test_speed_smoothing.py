@@ -256,7 +256,10 @@ def test_a_pull_away_that_meets_a_road_user_the_decoded_plan_kept_clear_of_is_re
     beside = SafetyContext(v0=0.0, obstacles=(Obstacle(8.0, 3.5, 0.0, 4.5, 1.9),))
     refused = planner._postprocess(ids, obs, ahead)
     assert refused.pull_away_refused and not refused.pulled_away and refused.trajectory[-1, 1] < 1.0
+    assert refused.to_json_dict()["pull_away"] == "refused"  # what the node publishes, and counts
     going = planner._postprocess(ids, obs, beside)
     assert going.pulled_away and not going.pull_away_refused and going.trajectory[-1, 1] > 5.0
+    assert going.to_json_dict()["pull_away"] == "pulled"
+    assert "pull_away" not in frozen.to_json_dict()
     alone = planner._postprocess(ids, obs)  # no context (reflection off, or no road users given): not checked
     assert alone.pulled_away

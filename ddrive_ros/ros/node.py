@@ -167,6 +167,7 @@ class PlannerCore:
         self._obstacle_sets: deque[tuple[float, list[tuple[float, ...]]]] = deque(maxlen=50)
         self.tracker = BoxTracker()
         self.unsafe_plans = self.reflect_edits = self.stale_obstacles = 0
+        self.pulled_away_plans = self.pull_aways_refused = 0  # start_on_meta: re-timed, and refused by the check
         self._warned_no_obstacles = False  # reflect safety|both with no ~/input/obstacles: warned once
         self.last_reflect: dict[str, Any] = {}
         self.image_decode_ms = 0.0
@@ -598,6 +599,8 @@ class PlannerCore:
             self.last_reflect = reflect
             self.reflect_edits += int(reflect.get("edited_tokens", 0))
             self.unsafe_plans += int(reflect.get("safe") is False)
+        self.pulled_away_plans += int(plan.pulled_away)
+        self.pull_aways_refused += int(plan.pull_away_refused)
         meta = doc.get("future_meta_behavior")
         latency["image_decode"] = round(self.image_decode_ms, 3)
         pose = obs.meta.get("odom_pose")
@@ -711,6 +714,7 @@ class PlannerCore:
                   "follow_meta_speed": self._p("follow_meta_speed"), "start_on_meta": self._p("start_on_meta"),
                   "reflect_edited_tokens": self.reflect_edits,
                   "unsafe_plans": self.unsafe_plans, "stale_obstacles": self.stale_obstacles,
+                  "pulled_away_plans": self.pulled_away_plans, "pull_aways_refused": self.pull_aways_refused,
                   "last_violations": ",".join(sorted({k for row in self.last_reflect.get("violations_after", [])
                                                       for k in row})) or "none",
                   "plans": self.plans, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
