@@ -219,11 +219,12 @@ def test_dagger_in_two_processes_collects_the_same_samples_in_the_same_order(one
 
 def test_dagger_with_safety_reflection_labels_where_the_nodes_repairs_take_the_ego(one_thread):
     """`reflect: safety`: the planner checks and repairs its plans against the road users' boxes tracked as the node
-    tracks them, so it drives elsewhere than without (here from its third plan on), and the expert labels those
+    tracks them, so it drives elsewhere than without (here from its third plan on: seed 11, a road user within the
+    check's 2 s horizon; seed 6's episode, used before the horizon, now has none), and the expert labels those
     states. An unknown mode is refused before anything drives."""
     from ddrive_ros.training.sources import load_samples
 
-    entry = {"source": "dagger", "checkpoint": "fast_ddrive_tiny", "seed": 6, "episodes": 1}
+    entry = {"source": "dagger", "checkpoint": "fast_ddrive_tiny", "seed": 11, "episodes": 1}
     off, on = load_samples(entry), load_samples(dict(entry, reflect="safety"))
     assert len(on) >= 10 and all(s.source == "dagger" and s.has_labels["trajectory"] for s in on)
     speeds_off = [s.observation.speed for s in off]

@@ -11,6 +11,7 @@ import pytest
 from ddrive_ros.reflection.safety import (
     MAX_PREDICTED_TURN,
     Corridor,
+    Limits,
     Obstacle,
     SafetyContext,
     Violation,
@@ -22,6 +23,7 @@ from ddrive_ros.reflection.safety import (
 )
 
 T = np.arange(1, 11) * 0.5  # the label schema's waypoint stamps
+WHOLE_PLAN = Limits(road_user_horizon_s=None)  # road users judged at every waypoint, not up to the default horizon
 
 
 def profile(v0: float, accel: list[float]) -> np.ndarray:
@@ -150,7 +152,7 @@ BOX_AHEAD = Obstacle(30.0, 0.0, 0.0, 4.5, 1.9)
 
 
 def test_driving_into_a_box_gives_collision_and_ttc_at_the_right_waypoints():
-    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,)))
+    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,), limits=WHOLE_PLAN))
     by_kind = {v.kind: v for v in found}
     assert set(by_kind) == {"collision", "ttc"}
     # the box's rear is at 27.75 m; the ego front is 3.7 m ahead of base_link: it reaches it at x = 24.05
@@ -163,7 +165,7 @@ def test_driving_into_a_box_gives_collision_and_ttc_at_the_right_waypoints():
 
 def test_passing_five_metres_beside_the_box_is_safe():
     beside = Obstacle(30.0, 5.0, 0.0, 4.5, 1.9)
-    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(beside,))) == []
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(beside,), limits=WHOLE_PLAN)) == []
 
 
 def test_a_follower_is_left_out_at_every_waypoint_its_prediction_runs_through_the_ego():
@@ -172,22 +174,22 @@ def test_a_follower_is_left_out_at_every_waypoint_its_prediction_runs_through_th
     later waypoints are not a reason to brake either (round 19: the ego braked for its followers, which closed in)."""
     slow = straight(2.0)
     follower = Obstacle(-12.0, 0.0, 0.0, 4.6, 1.9, vx=8.0)  # its centre passes the rear axle at about t = 2 s
-    assert check(slow, T, SafetyContext(2.0, obstacles=(follower,))) == []
+    assert check(slow, T, SafetyContext(2.0, obstacles=(follower,), limits=WHOLE_PLAN)) == []
     # seen first ahead of the rear axle it counts, though it ends behind: a slow road user the plan drives past
     ahead = Obstacle(3.0, 0.0, 0.0, 4.6, 1.9, vx=1.0)
-    assert "collision" in kinds(check(straight(6.0), T, SafetyContext(6.0, obstacles=(ahead,))))
+    assert "collision" in kinds(check(straight(6.0), T, SafetyContext(6.0, obstacles=(ahead,), limits=WHOLE_PLAN)))
     # the plan brakes in front of it: still its follower's to avoid
-    assert check(profile(6.0, [-3.0] * 2 + [0.0] * 8), T, SafetyContext(6.0, obstacles=(follower,))) == []
+    assert check(profile(6.0, [-3.0] * 2 + [0.0] * 8), T, SafetyContext(6.0, obstacles=(follower,), limits=WHOLE_PLAN)) == []
 
 
 def test_a_crossing_road_user_is_caught_by_its_constant_velocity_prediction():
     # crosses the ego's path from the right at 4 m/s, at the ego box centre's x at t = 2.5 s
     crossing = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9, vx=0.0, vy=4.0)
-    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(crossing,)))
+    found = check(straight(10.0), T, SafetyContext(10.0, obstacles=(crossing,), limits=WHOLE_PLAN))
     collision = [v for v in found if v.kind == "collision"]
     assert collision and collision[0].waypoints[0] == 4
     parked = Obstacle(26.4, -10.0, np.pi / 2, 4.5, 1.9)
-    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(parked,))) == []
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(parked,), limits=WHOLE_PLAN)) == []
 
 
 def test_an_oncoming_car_on_a_bend_is_predicted_along_its_bend_by_its_yaw_rate():
@@ -201,9 +203,9 @@ def test_an_oncoming_car_on_a_bend_is_predicted_along_its_bend_by_its_yaw_rate()
     kw = dict(x=r * np.sin(u0), y=R - r * np.cos(u0), yaw=heading, length=4.5, width=1.9,
               vx=v * np.cos(heading), vy=v * np.sin(heading))
     tangent = Obstacle(**kw)
-    assert "collision" in kinds(check(plan, T, SafetyContext(v, obstacles=(tangent,))))
+    assert "collision" in kinds(check(plan, T, SafetyContext(v, obstacles=(tangent,), limits=WHOLE_PLAN)))
     bending = Obstacle(**kw, yaw_rate=-v / r)
-    assert check(plan, T, SafetyContext(v, obstacles=(bending,))) == []
+    assert check(plan, T, SafetyContext(v, obstacles=(bending,), limits=WHOLE_PLAN)) == []
 
 
 def test_predict_is_constant_velocity_without_a_yaw_rate_and_keeps_to_the_circle_with_one():
@@ -226,9 +228,8 @@ def test_the_following_rule_asks_for_room_to_stop_behind_what_is_in_the_path():
     braking no harder than it would. A car standing 40 m ahead of a 10 m/s plan: a stop at 3 m/s^2 takes 16.7 m
     plus the 2 m left standing, so the plan is flagged from the waypoint where less is left; a lead driving at the
     ego's speed, a car in the next lane, and the check without the rule are not."""
-    from ddrive_ros.reflection.safety import Limits
 
-    rule = Limits(follow_decel=3.0)
+    rule = Limits(follow_decel=3.0, road_user_horizon_s=None)
     standing = Obstacle(40.0, 0.0, 0.0, 4.5, 1.9)
     v = next(v for v in check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=rule))
              if v.kind == "following")
@@ -241,7 +242,7 @@ def test_the_following_rule_asks_for_room_to_stop_behind_what_is_in_the_path():
     assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(lead,), limits=rule)) == []
     next_lane = Obstacle(40.0, 3.5, 0.0, 4.5, 1.9)
     assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(next_lane,), limits=rule)) == []
-    assert "following" not in kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,))))
+    assert "following" not in kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=WHOLE_PLAN)))
     oncoming = Obstacle(60.0, 0.0, np.pi, 4.5, 1.9, vx=-5.0)  # in the lane, coming: stops count from zero speed
     assert "following" in kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(oncoming,), limits=rule)))
     slow = next(v for v in check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=rule))
@@ -267,7 +268,7 @@ def test_search_brake_stops_short_of_a_box_as_gently_as_it_can_along_the_plans_p
     assert brake_distance(12.0, np.array([10.0]), 3.0, 2.5, decel0=3.0)[0] == pytest.approx(12.0 ** 2 / 6.0, abs=1e-2)
     plan = straight(12.0)
     for x_box, stops in ((40.0, True), (70.0, False)):
-        ctx = SafetyContext(12.0, obstacles=(Obstacle(x_box, 0.0, 0.0, 4.5, 1.9),))
+        ctx = SafetyContext(12.0, obstacles=(Obstacle(x_box, 0.0, 0.0, 4.5, 1.9),), limits=WHOLE_PLAN)
         slowed = search_brake(plan, T, ctx)
         assert slowed is not None and check(slowed, T, ctx) == []
         assert np.all(slowed[:, 0] <= plan[:, 0] + 1e-9) and np.all(np.diff(slowed[:, 0]) >= -1e-9)
@@ -276,7 +277,7 @@ def test_search_brake_stops_short_of_a_box_as_gently_as_it_can_along_the_plans_p
         assert (slowed[-1, 0] < x_box - 2.25 - 3.7) if stops else (slowed[-1, 0] > 45.0)
     assert search_brake(plan, T, SafetyContext(12.0)) is None  # nothing to fix
     curve = arc(8.0, 30.0)
-    ctx = SafetyContext(8.0, obstacles=(Obstacle(*curve[-2], 0.9, 4.5, 1.9),))
+    ctx = SafetyContext(8.0, obstacles=(Obstacle(*curve[-2], 0.9, 4.5, 1.9),), limits=WHOLE_PLAN)
     slowed = search_brake(curve, T, ctx)
     assert slowed is not None
     radius = np.hypot(slowed[:, 0] - 0.0, slowed[:, 1] - 30.0)  # on the same circle (centre (0, 30))
@@ -293,7 +294,7 @@ def test_leaving_the_corridor_is_flagged():
 
 def test_search_anchor_repairs_the_box_collision():
     plan = straight(10.0)
-    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,))
+    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,), limits=WHOLE_PLAN)
     found = check(plan, T, ctx)
     collision = next(v for v in found if v.kind == "collision")
     result = search_anchor(plan, T, ctx, collision)
@@ -316,13 +317,13 @@ def test_without_a_corridor_the_anchor_only_slows_along_the_plan():
     """No corridor: a sideways anchor cannot be checked against the road, so only slow-downs along the segment are
     tried; with one, the grid may move the anchor sideways."""
     plan = straight(10.0)
-    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,))
+    ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,), limits=WHOLE_PLAN)
     collision = next(v for v in check(plan, T, ctx) if v.kind == "collision")
     k, xy = search_anchor(plan, T, ctx, collision)
     start = plan[k - 1] if k > 0 else np.zeros(2)
     assert abs(xy[1] - plan[k, 1]) < 1e-9 and start[0] - 1e-9 <= xy[0] < plan[k, 0]  # on the segment, short of it
     assert "collision" not in kinds(check(repair(plan, k, xy), T, ctx))
-    wide = SafetyContext(10.0, obstacles=(BOX_AHEAD,), corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 8.0))
+    wide = SafetyContext(10.0, obstacles=(BOX_AHEAD,), corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 8.0), limits=WHOLE_PLAN)
     sideways = [search_anchor(plan, T, wide, next(v for v in check(plan, T, wide) if v.kind == "collision"))]
     assert sideways[0] is not None  # the grid is searched with a corridor (its winner may move either way)
 
@@ -334,7 +335,7 @@ def test_search_anchor_returns_none_for_a_safe_plan_and_is_fast():
     # 10 waypoints, 10 road users all near the plan (the box ahead, nine in the side lanes)
     others = tuple(Obstacle(30.0 + 5 * i, 3.5 * (-1) ** i, 0.0, 4.5, 1.9, vx=5.0) for i in range(9))
     ctx = SafetyContext(10.0, obstacles=(BOX_AHEAD,) + others,
-                        corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 5.25))
+                        corridor=Corridor(np.array([[-10.0, 0.0], [100.0, 0.0]]), 5.25), limits=WHOLE_PLAN)
     v = check(plan, T, ctx)[0]
     runs = []
     for _ in range(20):
@@ -345,7 +346,7 @@ def test_search_anchor_returns_none_for_a_safe_plan_and_is_fast():
 
 
 def test_cost_ranks_collision_above_jerk_above_none():
-    box = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,)))
+    box = check(straight(10.0), T, SafetyContext(10.0, obstacles=(BOX_AHEAD,), limits=WHOLE_PLAN))
     jerky = check(profile(10.0, [0, 0, -2.8, 2.8, 0, 0, 0, 0, 0, 0]), T, SafetyContext(10.0))
     assert kinds(jerky) == ["jerk"]
     assert cost(box) > cost(jerky) > cost([]) == 0.0
@@ -406,3 +407,27 @@ def test_the_expert_keeps_the_limits_its_meta_and_the_corridor(seed):
         # road users are left out: constant-velocity prediction misjudges some (see the report)
         assert not [v for v in found if v.kind not in ("collision", "ttc", "clearance")], (k, meta, found)
     assert lateral - {"STRAIGHT"}  # the manoeuvre's meta was checked too
+
+
+def test_the_road_user_horizon_judges_road_users_only_at_the_waypoints_up_to_it():
+    """road_user_horizon_s (2 s by default; None: every waypoint): a 10 m/s plan at a car standing 40 m ahead runs into it
+    from waypoint 6 (3.5 s: the ego front at x + 3.7 m meets its rear at 37.75 m) and is flagged by TTC from 2.5 s
+    (9 m to go at 10 m/s). Judged up to 3 s, the TTC from 2.5 and 3.0 s is still seen; up to 2 s, nothing is (from
+    2.0 s the gap is 14 m: 1.4 s), and the following rule's short gap is seen from 2.0 s but not up to 1.5 s; the
+    plan's own kinematics are judged at every waypoint."""
+
+    standing = Obstacle(40.0, 0.0, 0.0, 4.5, 1.9)
+    everywhere = check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=WHOLE_PLAN))
+    assert {"collision", "ttc"} <= set(kinds(everywhere))
+    assert next(v for v in everywhere if v.kind == "collision").waypoints[0] == 6
+    three = check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=Limits(road_user_horizon_s=3.0)))
+    assert kinds(three) == ["ttc"] and three[0].waypoints == (4, 5)
+    two = Limits(road_user_horizon_s=2.0)
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=two)) == []
+    assert Limits().road_user_horizon_s == 2.0 and check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,))) == []
+    follow = Limits(road_user_horizon_s=2.0, follow_decel=3.0)
+    assert kinds(check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,), limits=follow))) == ["following"]
+    assert check(straight(10.0), T, SafetyContext(10.0, obstacles=(standing,),
+                                                   limits=Limits(road_user_horizon_s=1.5, follow_decel=3.0))) == []
+    fast = np.stack([25.0 * T, np.zeros_like(T)], axis=1)  # 25 m/s: over max_speed at every horizon
+    assert "speed" in kinds(check(fast, T, SafetyContext(25.0, limits=two)))

@@ -8,6 +8,7 @@ Thresholds and the protocol: docs/closed_loop.md and ddrive_ros/sim/scorer.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -532,6 +533,9 @@ def write_json(args: argparse.Namespace, rows: list[dict], runs: list, extra: di
                       "manoeuvre_resamples": getattr(args, "manoeuvre_resamples", None),
                       "safety_perception": safety_perception(args),
                       "safety_limits": getattr(args, "safety_limits", None) or {},
+                      # every threshold the in-process check used, defaults included: a run says what it was judged by
+                      # after a default changes (road_user_horizon_s came in round 21)
+                      "safety_limits_used": dataclasses.asdict(safety_limits(args)),
                       "safety_repair": getattr(args, "safety_repair", None) or PlannerOptions.safety_repair,
                       "logit_bias": getattr(args, "logit_bias", None), **extra},
            "episodes": episode_records(runs)}

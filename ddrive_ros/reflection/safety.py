@@ -95,6 +95,14 @@ class Limits:
     # user in its path that brakes at `follow_decel` from there, braking no harder itself, `follow_gap_m` short of it
     follow_decel: float | None = None  # m/s^2
     follow_gap_m: float = 2.0  # m, gap left standing
+    # s, the road-user rules (collision, TTC, clearance, following) judge the waypoints up to this time only; None:
+    # all of them. A road user's prediction at constant speed and yaw rate is a guess that grows worse with time, and
+    # the plan is made again next tick from a newer sighting. Judged over the whole 5 s plan, the node's setting braked
+    # for conflicts 3.5-5 s ahead that never came (oncoming cars, crossing cars slowing for their line, leads); up to
+    # 2 s (TTC reaching 1 s past it: 3 s of look-ahead, 60 m at 20 m/s against a 33 m stop at max_decel) validation
+    # PDMS +0.014 (SE 0.005), progress +0.023, no at-fault collision in 360 episodes (docs/reflection.md, "A horizon
+    # for road users")
+    road_user_horizon_s: float | None = 2.0
 
 
 # The manoeuvre rule's thresholds: the label calls a lane change from 2 m of offset and a turn from 30 deg of heading
@@ -378,9 +386,12 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
     v_max = np.hypot(m["vel"][..., 0], m["vel"][..., 1]).max(axis=0)
     span = np.maximum(lim.min_clearance_m, (v_max[:, None] + np.hypot(o_vel[..., 0], o_vel[..., 1])) * lim.min_ttc_s)
     # the following rule looks as far ahead as a stop takes: over every pair, before the pruning below
-    follow = (_following_record(e_xy, yaw, m["speed"], o_xy, o_vel, o_yaw, o_half, e_half, lim)
+    follow = (_following_record(e_xy, yaw, m["speed"], o_xy, o_vel, o_yaw, o_half, e_half, lim, t)
               if lim.follow_decel is not None else [])
-    kq, nq = np.nonzero(np.hypot(out_box[..., 0], out_box[..., 1]) - reach[None] < span)
+    near = np.hypot(out_box[..., 0], out_box[..., 1]) - reach[None] < span
+    if lim.road_user_horizon_s is not None:
+        near &= (t <= lim.road_user_horizon_s)[:, None]
+    kq, nq = np.nonzero(near)
     if not len(kq):
         return follow
     # per pair q, for every plan c: arrays (C, Q)
@@ -423,7 +434,8 @@ def _obstacle_records(P: np.ndarray, t: np.ndarray, m: dict[str, np.ndarray], ct
 
 
 def _following_record(e_xy: np.ndarray, yaw: np.ndarray, speed: np.ndarray, o_xy: np.ndarray, o_vel: np.ndarray,
-                      o_yaw: np.ndarray, o_half: np.ndarray, e_half: np.ndarray, lim: Limits) -> list[Record]:
+                      o_yaw: np.ndarray, o_half: np.ndarray, e_half: np.ndarray, lim: Limits,
+                      t: np.ndarray) -> list[Record]:
     """The following rule over every (plan, waypoint, road user): a road user is in the path at waypoint k when its
     box, at its place then, lies ahead of the ego box along the ego's heading and overlaps it sideways; then the gap
     between the boxes must hold the difference of the two stopping distances at `follow_decel` (the ego at its
@@ -447,6 +459,8 @@ def _following_record(e_xy: np.ndarray, yaw: np.ndarray, speed: np.ndarray, o_xy
     need = np.maximum(v_ego ** 2 - v_lead ** 2, 0.0) / (2.0 * b) + lim.follow_gap_m
     short = need - np.maximum(gap, 0.0)
     flags = in_path & (short > 0.0)
+    if lim.road_user_horizon_s is not None:
+        flags &= (t <= lim.road_user_horizon_s)[None, :, None]
     if not flags.any():
         return []
     who = np.flatnonzero(flags.any(axis=(0, 1)))
