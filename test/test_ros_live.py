@@ -131,6 +131,17 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     inputs = listener.wait_for(lambda: [st["inputs"] for t, st in listener.diagnostics
                                         if t > t_set + 1.0 and "inputs" in st], 10, "diagnostics")[-1]
     assert int(inputs[2]["dropped/obstacles_frame"]) >= 1
+    # how far into the plan road users are judged: in range only, applied to the next plans, shown in diagnostics
+    refused = listener.set_parameters(safety_horizon_s=0.1)[0]
+    assert not refused.successful and "safety_horizon_s" in refused.reason
+    assert listener.set_parameters(safety_horizon_s=3.0)[0].successful
+    t_set = time.monotonic()
+    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
+                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
+    assert float(planning[2]["safety_horizon_s"]) == 3.0
+    listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
+                      "a plan checked up to 3 s")
+    assert listener.set_parameters(safety_horizon_s=2.0)[0].successful
     assert listener.set_parameters(reflect="off")[0].successful
     listener.node.destroy_publisher(pub)
     # the speed profile's smoothing is set the same way, at run time, in range only

@@ -46,7 +46,7 @@ from std_msgs.msg import Float64, String
 from visualization_msgs.msg import MarkerArray
 
 from ddrive_ros.observation import CAMERAS, Observation
-from ddrive_ros.reflection.safety import Obstacle, SafetyContext
+from ddrive_ros.reflection.safety import Limits, Obstacle, SafetyContext
 from ddrive_ros.reflection.tracking import BoxTracker
 from ddrive_ros.observation_recipe import to_model_size
 from ddrive_ros.ros import convert
@@ -410,8 +410,14 @@ class PlannerCore:
                 age_ms = round((obs.stamp - stamp) * 1e3, 3)
             else:
                 self.stale_obstacles += 1
-        return SafetyContext(v0=float(obs.speed), obstacles=boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms,
-                                                                      "obstacles_tracked": False}
+        return self._check_context(obs, boxes), {"obstacles": len(boxes), "obstacles_age_ms": age_ms,
+                                                 "obstacles_tracked": False}
+
+    def _check_context(self, obs: Observation, boxes: tuple[Obstacle, ...] = ()) -> SafetyContext:
+        """What a plan is checked against: the ego speed, the boxes, and the check's thresholds with the node's
+        safety_horizon_s."""
+        return SafetyContext(v0=float(obs.speed), obstacles=boxes,
+                             limits=Limits(road_user_horizon_s=self._p("safety_horizon_s")))
 
     def _warn_no_obstacles(self) -> None:
         if self._warned_no_obstacles:
@@ -449,12 +455,12 @@ class PlannerCore:
         none = {"obstacles": 0, "obstacles_age_ms": None, "obstacles_tracked": True}
         if self.tracker.stamp is None:
             self._warn_no_obstacles()
-            return SafetyContext(v0=float(obs.speed)), none
+            return self._check_context(obs), none
         if abs(obs.stamp - self.tracker.stamp) > self._p("max_input_age_s"):
             self.stale_obstacles += 1
-            return SafetyContext(v0=float(obs.speed)), none
+            return self._check_context(obs), none
         boxes = self.tracker.obstacles_at(obs.stamp, obs.meta["odom_pose"])
-        return (SafetyContext(v0=float(obs.speed), obstacles=boxes),
+        return (self._check_context(obs, boxes),
                 {"obstacles": len(boxes), "obstacles_age_ms": round((obs.stamp - self.tracker.stamp) * 1e3, 3),
                  "obstacles_tracked": True})
 
@@ -709,7 +715,7 @@ class PlannerCore:
             inputs = Status(0, "inputs fresh", values)
 
         values = {"reflect": self._p("reflect"), "safety_repair": self._p("safety_repair"),
-                  "track_obstacles": self._p("track_obstacles"),
+                  "track_obstacles": self._p("track_obstacles"), "safety_horizon_s": self._p("safety_horizon_s"),
                   "speed_smoothing": self._p("speed_smoothing"),
                   "follow_meta_speed": self._p("follow_meta_speed"), "start_on_meta": self._p("start_on_meta"),
                   "reflect_edited_tokens": self.reflect_edits,

@@ -17,6 +17,7 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.parameter import Parameter
 
 from ddrive_ros.planner_options import PlannerOptions
+from ddrive_ros.reflection.safety import Limits
 from ddrive_ros.ros.model import DEFAULT_CHECKPOINT
 
 P = ParameterType
@@ -89,6 +90,11 @@ PARAMETERS: dict[str, Spec] = {
                           "safety: how a plan that meets a road user is mended: inpaint (anchor the first offending "
                           "waypoint, decode the rest again) or brake (slow the whole plan along its own path from now, "
                           "as gently as the check allows; reflection/safety.search_brake)", choices=("inpaint", "brake")),
+    "safety_horizon_s": Spec(Limits().road_user_horizon_s, P.PARAMETER_DOUBLE,
+                             "safety: road users are judged at the plan's waypoints up to this time (s), TTC reaching "
+                             "min_ttc_s past it; predictions further out are guesses the next plan revises (a longer "
+                             "look-ahead braked for conflicts that never came; docs/reflection.md, 'A horizon for road "
+                             "users'); 5 = the whole plan", range=(0.5, 5.0)),
     "track_obstacles": Spec(True, P.PARAMETER_BOOL,
                             "safety: follow the ~/input/obstacles boxes from set to set for their velocities and move them "
                             "to the plan's time and pose (reflection/tracking.py); false: check them standing where they "
