@@ -73,3 +73,27 @@ def test_ddrive_sim_ros_bridges_the_road_users_to_the_node_and_its_safety_check_
         assert run.score.pdms == pytest.approx(via_node["pdms"], abs=1e-9), seen_as
         progress[seen_as] = via_node["progress_m"]
     assert progress["tracked"] > progress["boxes"] + 0.1
+
+
+def test_a_frame_lost_on_the_way_to_the_node_is_sent_again_and_the_episode_drives_as_in_process(tmp_path):
+    """The node's sensor subscriptions are best effort: on a loaded machine a frame's image can be lost, and the node
+    then plans the set before for ever while the bridge waits for the lost frame's plan (a 100-episode run stopped so).
+    Here the bridge leaves out the front image at 0.8 s the first time (`drop_once`, test only); it sends the frame
+    again after RESEND_AT_S[0] without a plan, and the episode drives exactly as the in-process planner drives it."""
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.ros.sim_bridge import NodeBridge, NodeBridgeOptions
+
+    opts = LoopOptions(duration_s=3.0, latency_ms=200.0)
+    seed = episode_seeds(3, 1)[0]
+    expert = run_episode(seed, "expert", None, opts)
+    bridge = NodeBridge(NodeBridgeOptions(domain_id=DOMAIN + 3, log_path=tmp_path / "node.log", drop_once=(0.8, "front")))
+    try:
+        via_node = run_episode(seed, "node", lambda w: bridge.bind(None), opts, expert.score.progress_m)
+    finally:
+        bridge.close()
+    assert bridge.resends == 1
+    planner = Planner.from_checkpoint("fast_ddrive_tiny", decoder="speculative")
+    run = run_episode(seed, "in-process", lambda w: ModelDriver(planner, planner.restart_sampling), opts,
+                      expert.score.progress_m)
+    assert run.score.pdms == pytest.approx(via_node.score.pdms, abs=1e-9)
+    assert run.score.progress_m == pytest.approx(via_node.score.progress_m, abs=1e-6)

@@ -454,13 +454,15 @@ def run(args: argparse.Namespace) -> int:
         videos.append(str(write_situations(situations, video_dir / "pdms_by_situation.png")))
         print("pictures: " + ", ".join(videos))
     box_ages = {name: dict(b.obstacle_plans) for name, b in bridges.items() if sum(b.obstacle_plans.values())}
+    resent = {name: b.resends for name, b in bridges.items()}
     for name, counts in box_ages.items():
         print(f"  {name:<18} node plans checked against this frame's boxes {counts['same_frame']}, an older set "
               f"{counts['older']}, none {counts['none']}")
     if args.json:
         write_json(args, rows, [x for r in results for x in r.runs],
                    {"partial": False, "wall_s": round(wall, 1), "sim_s": sim_s, "world_s": world_s, "planner_s": planner_s,
-                    **({"node_obstacle_plans": box_ages} if box_ages else {})})
+                    **({"node_obstacle_plans": box_ages} if box_ages else {}),
+                    **({"node_frames_resent": resent} if resent else {})})
     return 0
 
 

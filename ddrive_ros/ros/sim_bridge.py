@@ -17,7 +17,9 @@ comes and no frame's plan is lost to a skipped tick. The node's timer runs at 1 
 so it fires on every /clock message. rclpy's executor runs ready timers before ready subscriptions,
 so the tick at a frame's own /clock usually sees the previous frame; the bridge then nudges /clock
 on by NUDGE_S (1.1 ms, far less than a 50 ms step) to make the timer fire again once the images are
-in, and again on a back-off schedule if the node has not answered yet.
+in, and again on a back-off schedule if the node has not answered yet. The node's sensor subscriptions are best
+effort, so on a loaded machine a frame's message can be lost; without a plan after RESEND_AT_S the frame's messages
+go again (`resends` counts them).
 
 Episodes follow each other on one clock: each starts EPISODE_GAP_S after the previous one ended, on a
 whole second, so the node's buffers never mix two episodes and its "same anchor as last time" check
@@ -55,6 +57,11 @@ PLANNING_RATE_HZ = 1000.0  # the node's timer: fires on every /clock message
 NUDGE_S = 0.0011  # s: clock nudge, > the timer's 1 ms period; MAX_NUDGES of them stay inside a 50 ms step
 MAX_NUDGES = 40
 NUDGE_AT_S = (0.02, 0.1, 0.2, 0.4, 0.7, 1.0)  # wall seconds of waiting at which to nudge; then every 0.5 s
+# wall seconds of waiting at which the frame's messages go again: the node's sensor subscriptions are best effort, and on
+# a loaded machine one of a frame's messages can be lost (a 100-episode run stopped so in round 21: one front and one
+# right image missing, the node planning the set before for ever). A resent message the node already has is dropped
+# by it as out of order, and counted there
+RESEND_AT_S = (3.0, 8.0, 15.0)
 
 
 @dataclass
@@ -73,6 +80,9 @@ class NodeBridgeOptions:
     logit_bias: str = "checkpoint"  # the node's logit_bias parameter
     track_obstacles: bool = True  # the node's track_obstacles parameter (velocities from the boxes, set to set)
     safety_repair: str | None = None  # the node's safety_repair parameter (None: its default)
+    # TEST ONLY: (seconds into the episode, camera) of one image not sent the first time, as a best-effort subscription
+    # loses a message under load; the resend (RESEND_AT_S) must bring it
+    drop_once: tuple[float, str] | None = None
 
 
 class NodeBridge:
@@ -121,6 +131,9 @@ class NodeBridge:
         self.last_t = 0.0
         self.clock_now = 0.0
         self.nudges = 0
+        self.resends = 0  # frames sent again because no plan came for them (RESEND_AT_S)
+        self._frame_msgs: list[tuple[object, object]] = []  # (publisher, message) of the frame waited for
+        self._drop_once = opts.drop_once
         self.frame_sent_wall: dict[int, float] = {}
         self._last_received: float | None = None  # input stamp of the newest plan received (named in errors)
         self._last_frame_t: float | None = None  # the newest camera frame the node has planned, and its plan
@@ -203,10 +216,17 @@ class NodeBridge:
         fired before the frame arrived."""
         key = _ns(t)
         t0 = time.monotonic()
-        nudged = 0
+        nudged = resent = 0
         with self._cv:
             while key not in self._plans:
                 waited = time.monotonic() - t0
+                if resent < len(RESEND_AT_S) and waited > RESEND_AT_S[resent]:
+                    resent += 1
+                    self.resends += 1
+                    log.warning("no plan from the node for the frame at t=%.2f s of the episode after %.1f s: sending "
+                                "the frame again (resend %d)", t - self.offset, waited, resent)
+                    for pub, msg in self._frame_msgs:  # the clock is not moved: the next nudge makes the node look
+                        pub.publish(msg)
                 if not self.node_proc.alive():
                     raise RuntimeError(f"planner node died:\n{self.node_proc.tail()}")
                 if waited > self.opts.plan_timeout_s:
@@ -239,14 +259,21 @@ class NodeBridge:
     def observe(self, state: np.ndarray, nav_command: str, images: Callable[[], np.ndarray] | None) -> None:
         t_rel, x, y, yaw, v, w = (float(s) for s in state)
         t = t_rel + self.offset
+        frame = []
         if images is not None and self._boxes_of is not None:
-            self.pub_obstacles.publish(convert.obstacles_to_markers(self._boxes_of(), t, "base_link"))
-        self.pub_odom.publish(self._odometry(t, x, y, yaw, v, w))
-        self.pub_nav.publish(self._msgs["String"](data=nav_command))
+            frame.append((self.pub_obstacles, convert.obstacles_to_markers(self._boxes_of(), t, "base_link")))
+        frame.append((self.pub_odom, self._odometry(t, x, y, yaw, v, w)))
+        frame.append((self.pub_nav, self._msgs["String"](data=nav_command)))
         if images is not None:
-            imgs = images()
-            for cam, img in zip(CAMERAS, imgs):
-                self.pub_cam[cam].publish(self._image(img, t, cam))
+            frame += [(self.pub_cam[cam], self._image(img, t, cam)) for cam, img in zip(CAMERAS, images())]
+        for pub, msg in frame:
+            if self._drop_once is not None and images is not None and pub is self.pub_cam.get(self._drop_once[1]) \
+                    and abs(t_rel - self._drop_once[0]) < 1e-6:
+                self._drop_once = None  # TEST ONLY: lost on the way the first time
+                continue
+            pub.publish(msg)
+        if images is not None:
+            self._frame_msgs = frame
         self._clock(max(t, self.clock_now))
         if images is not None:
             self.frame_sent_wall[_ns(t)] = time.monotonic()
@@ -268,8 +295,9 @@ class NodeBridge:
             self._spun.close()
         finally:
             code = self.node_proc.stop()
-            log.info("planner node exited with %s (clock nudges: %d; plans checked against this frame's / older / "
-                     "no boxes: %s)", code, self.nudges, "/".join(str(v) for v in self.obstacle_plans.values()))
+            log.info("planner node exited with %s (clock nudges: %d; frames sent again: %d; plans checked against this "
+                     "frame's / older / no boxes: %s)", code, self.nudges, self.resends,
+                     "/".join(str(v) for v in self.obstacle_plans.values()))
 
 
 def next_offset(offset: float, clock_now: float) -> float:
