@@ -11,6 +11,13 @@ road_user_horizon_s=H --json bench/results/sim_60_valS_fast_ddrive_brake_objects
 gives each horizon's pooled means, its paired PDMS and progress differences with their standard errors, and the
 counts that a shorter look ahead could make worse: episodes with an at-fault collision, off the road, failing
 comfort. The picture plots PDMS and progress against the horizon with those standard errors.
+
+With `--trace-episode E --trace-seed S` it also drives one validation episode (E, of `ddrive sim --seed S`) as those
+runs did, judged over the whole plan and up to 2 s, and draws the ego's speed over time for both and for the expert,
+marking the plans whose draft the check found meeting a road user (`--trace-png`):
+
+    .venv/bin/python bench/safety_horizon.py --trace-seed 431 --trace-episode 3897315495 \
+        --trace-png docs/safety_horizon_episode.png
 """
 from __future__ import annotations
 
@@ -44,12 +51,88 @@ def counts(episodes: dict[int, dict]) -> dict[str, int]:
             "comfort_fails": sum(x["comfort"] < 1 for x in e)}
 
 
+def drive(episode: int, horizon_s: float | None, opts):
+    """The node's setting on one episode with the check judging road users up to horizon_s (None: the whole plan):
+    the run, and the times of the plans whose draft met a road user."""
+    from ddrive_ros import checkpoint as ckpt
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.planner_options import PlannerOptions
+    from ddrive_ros.reflection.safety import ROAD_USER_KINDS, Limits
+    from ddrive_ros.sim.closed_loop_run import run_episode
+    from ddrive_ros.sim.drivers import ModelDriver
+    from ddrive_ros.sim.safety_context import TrackedBoxes
+
+    planner = Planner(ckpt.load("fast_ddrive_tiny"), PlannerOptions(decoder="speculative", reflect="safety",
+                                                                     safety_repair="brake"))
+    flagged: list[float] = []
+
+    class Marking:
+        def plan(self, obs, context=None):
+            plan = planner.plan(obs, context)
+            before = plan.stats.reflect.get("violations_before", [[]])[0] if plan.stats else []
+            if ROAD_USER_KINDS & set(before):
+                flagged.append(float(obs.stamp))
+            return plan
+
+    driver = ModelDriver(Marking(), planner.restart_sampling, TrackedBoxes(Limits(road_user_horizon_s=horizon_s)))
+    expert = run_episode(episode, "expert", None, opts)
+    return expert, run_episode(episode, "learned", lambda w: driver.bind(w), opts, expert.score.progress_m), flagged
+
+
+def trace(seed: int, episode: int, png: str) -> None:
+    """--trace-episode: the ego's speed on one episode, the check over the whole plan and up to 2 s."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+
+    from ddrive_ros.sim.closed_loop_run import LoopOptions
+    from ddrive_ros.sim.sample import default_renderer
+
+    torch.set_num_threads(1)
+    opts = LoopOptions(latency_ms=200.0)
+    opts.renderer = default_renderer()
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    for horizon, colour, name in ((None, "tab:red", "whole plan (5 s)"), (2.0, "tab:blue", "up to 2 s (default)")):
+        expert, run, flagged = drive(episode, horizon, opts)
+        k0 = run.world.start_step
+        t = run.world.t[k0:] - run.world.t[k0]
+        v = run.world.ego_v[k0:len(t) + k0]
+        if horizon is None:
+            ax.plot(expert.world.t[k0:] - expert.world.t[k0], expert.world.ego_v[k0:], color="tab:green",
+                    label="expert")
+        ax.plot(t, v, color=colour, label=f"{name}: PDMS {run.score.pdms:.2f}, EP {run.score.ep:.2f}")
+        at = np.asarray(flagged) - run.world.t[k0]
+        ax.plot(at, np.interp(at, t, v), "v", color=colour, markersize=5, linestyle="none",
+                label=f"{len(flagged)} plans met a road user")
+        print(f"{name}: PDMS {run.score.pdms:.3f}, EP {run.score.ep:.3f}, {len(flagged)} plans met a road user")
+    ax.set_xlabel("s into the episode")
+    ax.set_ylabel("ego speed (m/s)")
+    ax.set_title(f"validation episode {episode} (seed {seed}), node's setting", fontsize=10)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--horizons", default="3.0,2.0,1.5", help="the horizons (s) with saved runs, comma-separated")
     ap.add_argument("--png", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--trace-seed", type=int, default=None, help="validation `ddrive sim --seed` of --trace-episode")
+    ap.add_argument("--trace-episode", type=int, default=None, help="an episode seed of that run to drive and draw")
+    ap.add_argument("--trace-png", default="docs/safety_horizon_episode.png")
     args = ap.parse_args(argv)
+    if args.trace_episode is not None:
+        if args.trace_seed not in SEEDS:
+            raise SystemExit(f"--trace-seed must be one of the validation seeds {SEEDS} (the held-out seed is for "
+                             f"reporting), got {args.trace_seed}")
+        trace(args.trace_seed, args.trace_episode, args.trace_png)
     horizons = [float(h) for h in args.horizons.split(",")]
     whole = load_runs(runs(WHOLE), METHOD)
     rows = [{"horizon_s": 5.0, "label": "whole plan (5 s)", "pdms": None, "ep": None, **counts(whole),
