@@ -107,9 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                      if v.kind in ROAD_USER_KINDS]
             if found:
                 worst = found[0]  # most costly first
-                who = int(worst.message.split("(obstacle ")[1].split(")")[0])
                 brakes.append({"episode_seed": self.episode, "t": round(float(obs.stamp), 2), "kind": worst.kind,
-                               "road_user": road_user_class(context.obstacles[who]),
+                               "road_user": road_user_class(context.obstacles[worst.obstacle]),
                                "first_flag_s": float(plan.waypoint_times[worst.waypoints[0]])})
             return plan
 

@@ -62,6 +62,7 @@ def test_a_constant_speed_straight_plan_passes():
 def test_over_speed_is_flagged_from_the_first_fast_segment():
     v = only(check(profile(18.0, [2.5] * 10), T, SafetyContext(18.0)), "speed")
     assert v.waypoints[0] == 2  # segment speeds 18.6, 19.9, 21.1: the third ends at waypoint 2
+    assert v.obstacle == -1  # not about a road user
 
 
 def test_hard_braking_is_flagged_at_its_waypoint():
@@ -161,6 +162,7 @@ def test_driving_into_a_box_gives_collision_and_ttc_at_the_right_waypoints():
     assert by_kind["ttc"].waypoints == (2, 3)  # 0.905 s and 0.405 s before contact
     assert by_kind["ttc"].severity == pytest.approx(1.0 - 0.405)
     assert found[0].kind == "collision"  # most costly first
+    assert by_kind["collision"].obstacle == 0 and by_kind["ttc"].obstacle == 0  # the box, by its index in the context
 
 
 def test_passing_five_metres_beside_the_box_is_safe():

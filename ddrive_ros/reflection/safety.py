@@ -133,6 +133,7 @@ class Violation:
     waypoints: tuple[int, ...]
     severity: float
     message: str
+    obstacle: int = -1  # the road user's index in the context's obstacles; -1: not about a road user
 
 
 UNITS = {
@@ -513,7 +514,7 @@ def check(waypoints: np.ndarray, times: np.ndarray, context: SafetyContext, long
             idx = tuple(int(i) for i in np.flatnonzero(flags[0, :, r]))
             if idx:
                 sev = float(excess[0, :, r].max())
-                out.append(Violation(kind, idx, sev, _message(kind, int(obstacle), sev, idx, t)))
+                out.append(Violation(kind, idx, sev, _message(kind, int(obstacle), sev, idx, t), int(obstacle)))
     out.sort(key=lambda v: (-WEIGHTS.get(v.kind, 1.0), v.waypoints[0]))
     return out
 
