@@ -19,6 +19,8 @@ rear axle, faster along the ego's heading) is that plan's follower and is left o
 as in the closed-loop scorer, which judges a contact where it starts: a vehicle running into the ego
 from behind is not the plan's fault, and its straight-line prediction passing on through the ego box
 (a follower braking or bending with its lane does not) is no reason to brake.
+Road users are judged at the waypoints up to `Limits.road_user_horizon_s` (2 s by default: predictions further out are
+guesses the next plan revises); the plan's own kinematics, its meta and the corridor at every waypoint.
 Collisions are tested at the waypoints. The time to collision from each waypoint (the ego box moving
 on at its arriving velocity, that of the segment ending there, the others at theirs, headings kept;
 solved exactly per box axis) covers the gaps between them. Clearance is the largest separating gap
