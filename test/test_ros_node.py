@@ -154,3 +154,24 @@ def test_soak_cameras_30hz_bounded_memory(tmp_path):
 @pytest.mark.slow
 def test_soak_one_minute(tmp_path):
     _soak(tmp_path, 60.0, 3)
+
+
+def test_a_node_that_does_not_stop_in_time_leaves_its_stacks_in_its_log(tmp_path):
+    """NodeProcess.stop: a node still running `timeout` s after SIGINT gets SIGUSR1 and dumps every thread's stack
+    into its log (faulthandler, registered by node.main) before it is killed, so a shutdown that hangs (seen once in
+    make test: exit -9, the log silent) can be read. Here the timeout is 0 s: no node stops that fast."""
+    import time
+
+    from ddrive_ros.ros.node_process import NodeProcess
+
+    log = tmp_path / "node.log"
+    node = NodeProcess(NODE, pid_domain_id(9), log)  # a slot of its own
+    deadline = time.monotonic() + 120.0
+    while "subscribed to" not in log.read_text():
+        assert node.alive() and time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.2)
+    code = node.stop(timeout=0.0)
+    text = log.read_text()
+    assert "most recent call first" in text  # faulthandler's stack dump
+    assert "[NodeProcess] the node did not exit within 0 s of SIGINT" in text
+    assert code in (0, -9)  # it may finish its clean shutdown within the second it gets to write the stacks

@@ -23,8 +23,10 @@ are decoded and downscaled to the model's input size on arrival, so the buffers 
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
+import signal
 import threading
 import time
 from collections import Counter, deque
@@ -777,6 +779,9 @@ class PlannerNode(PlannerCore, Node):
 
 def main(args: list[str] | None = None, node_class: type = PlannerNode) -> None:
     """rclpy.init, build the node, spin until Ctrl-C or shutdown, clean up."""
+    # NodeProcess.stop sends SIGUSR1 to a node that has not exited 15 s after SIGINT, before it kills it: every
+    # thread's stack then goes to stderr (the node's log), so where the shutdown hung can be read afterwards
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     rclpy.init(args=args)
     node = None
     try:

@@ -70,13 +70,24 @@ class NodeProcess:
         return rss_kb(self.pid) or -1
 
     def stop(self, timeout: float = 15.0) -> int:
+        """SIGINT, then up to `timeout` s for a clean exit. A node still running then gets SIGUSR1 (the node dumps every
+        thread's stack into its log: `node.main`), a second to write it, and SIGKILL if it is still up; the log says
+        so. Returns the exit code (-9 when killed)."""
         if self.alive():
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+                self.proc.send_signal(signal.SIGUSR1)
+                try:
+                    self.proc.wait(1.0)
+                    what = "it exited within a second of it"
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(5)
+                    what = "killed"
+                self.log.write(f"\n[NodeProcess] the node did not exit within {timeout:g} s of SIGINT; its threads' "
+                               f"stacks, from SIGUSR1, are above; {what}\n")
         self.log.close()
         return self.proc.returncode
 
