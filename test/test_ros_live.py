@@ -94,6 +94,23 @@ def test_parameters_take_effect_or_are_refused_with_a_reason(live):
     assert listener.plans[-1][1]["model"]["knobs"] == {"tau": 0.9, "steps": 1}
 
 
+def _planning_after(listener: Listener, t_set: float) -> dict:
+    """The planning status's values from the first diagnostics a second after t_set (monotonic)."""
+    return listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
+                                      if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1][2]
+
+
+def _set_in_range(listener: Listener, name: str, outside: float, value: float) -> float:
+    """A run-time double: a value outside its range is refused naming it, `value` is taken and shown in the planning
+    diagnostics. Returns when it was set (monotonic)."""
+    refused = listener.set_parameters(**{name: outside})[0]
+    assert not refused.successful and name in refused.reason
+    assert listener.set_parameters(**{name: value})[0].successful
+    t_set = time.monotonic()
+    assert float(_planning_after(listener, t_set)[name]) == value
+    return t_set
+
+
 def _boxes(listener: Listener, frame_id: str, xy: tuple[float, float]):
     from ddrive_ros.ros import convert
 
@@ -125,33 +142,19 @@ def test_reflect_mode_set_at_run_time_with_obstacles_in_plans_and_diagnostics(li
     assert reflect["modes"] == ["autoedit", "safety"] and "safe" in reflect and "violations_after" in reflect
     assert reflect["obstacles"] == 1 and reflect["obstacles_age_ms"] is not None  # the base_link box, fresh
     assert len(plan["draft_waypoints"]) == len(plan["waypoints"])
-    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
-                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
-    assert planning[2]["reflect"] == "both"
+    assert _planning_after(listener, t_set)["reflect"] == "both"
     inputs = listener.wait_for(lambda: [st["inputs"] for t, st in listener.diagnostics
                                         if t > t_set + 1.0 and "inputs" in st], 10, "diagnostics")[-1]
     assert int(inputs[2]["dropped/obstacles_frame"]) >= 1
     # how far into the plan road users are judged: in range only, applied to the next plans, shown in diagnostics
-    refused = listener.set_parameters(safety_horizon_s=0.1)[0]
-    assert not refused.successful and "safety_horizon_s" in refused.reason
-    assert listener.set_parameters(safety_horizon_s=3.0)[0].successful
-    t_set = time.monotonic()
-    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
-                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
-    assert float(planning[2]["safety_horizon_s"]) == 3.0
+    t_set = _set_in_range(listener, "safety_horizon_s", 0.1, 3.0)
     listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
                       "a plan checked up to 3 s")
     assert listener.set_parameters(safety_horizon_s=2.0)[0].successful
     assert listener.set_parameters(reflect="off")[0].successful
     listener.node.destroy_publisher(pub)
     # the speed profile's smoothing is set the same way, at run time, in range only
-    refused = listener.set_parameters(speed_smoothing=-1.0)[0]
-    assert not refused.successful and "speed_smoothing" in refused.reason
-    assert listener.set_parameters(speed_smoothing=0.25)[0].successful
-    t_set = time.monotonic()
-    planning = listener.wait_for(lambda: [st["planning"] for t, st in listener.diagnostics
-                                          if t > t_set + 1.0 and "planning" in st], 10, "diagnostics")[-1]
-    assert float(planning[2]["speed_smoothing"]) == 0.25
+    t_set = _set_in_range(listener, "speed_smoothing", -1.0, 0.25)
     got = listener.wait_for(lambda: [p for t, p in listener.plans if t > t_set + 0.6 and not p["fallback"]], 20,
                             "a smoothed plan")
     assert got[-1]["model"]["speed_smoothing"] == 0.25
