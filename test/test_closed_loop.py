@@ -217,6 +217,33 @@ def test_dagger_in_two_processes_collects_the_same_samples_in_the_same_order(one
         load_samples(dict(entry, worker=2))
 
 
+def test_dagger_with_commands_drives_only_the_episodes_of_those_commands(one_thread):
+    """`commands` in a dagger entry keeps, among the `episodes` drawn from `seed`, those whose navigation command is
+    listed, as a world entry does: of seed 7's first three episodes only the third changes lanes, so the entry
+    gives exactly that episode's samples. A command name that does not exist, or a bare string, is refused before
+    anything drives."""
+    from ddrive_ros.planner import Planner
+    from ddrive_ros.sim.dagger import EPISODE_S, collect_episodes
+    from ddrive_ros.sim.sample import episode_seeds
+    from ddrive_ros.sim.scenario import sample_scenario
+    from ddrive_ros.training.sources import load_samples
+
+    seeds = episode_seeds(7, 3)
+    commands = [sample_scenario(s, EPISODE_S).nav_command for s in seeds]
+    assert commands == ["FOLLOW_LANE", "FOLLOW_LANE", "CHANGE_LANE_LEFT"]
+    entry = {"source": "dagger", "checkpoint": "trajectory_only_tiny", "seed": 7, "episodes": 3,
+             "commands": ["CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT"]}
+    kept = load_samples(entry)
+    alone, _ = collect_episodes(Planner.from_checkpoint("trajectory_only_tiny"), [seeds[2]], progress=False)
+    assert len(kept) == len(alone) >= 10
+    for a, b in zip(kept, alone):
+        assert a.t0 == b.t0 and np.array_equal(a.future_xy, b.future_xy)
+    with pytest.raises(ValueError, match="each must be one of"):
+        load_samples(dict(entry, commands=["TURN_SIDEWAYS"]))
+    with pytest.raises(ValueError, match="list of navigation commands"):
+        load_samples(dict(entry, commands="TURN_LEFT"))
+
+
 def test_dagger_with_safety_reflection_labels_where_the_nodes_repairs_take_the_ego(one_thread):
     """`reflect: safety`: the planner checks and repairs its plans against the road users' boxes tracked as the node
     tracks them, so it drives elsewhere than without (here from its third plan on: seed 11, a road user within the

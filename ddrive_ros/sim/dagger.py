@@ -30,7 +30,7 @@ from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
 from ddrive_ros.sim.drivers import ModelDriver
 from ddrive_ros.sim.fork_score import expert_ahead
 from ddrive_ros.sim.safety_context import TrackedBoxes
-from ddrive_ros.sim.sample import episode_seeds
+from ddrive_ros.sim.sample import command_episode_seeds
 from ddrive_ros.sim.world import SIM_DT
 from ddrive_ros.timeline import FUTURE_HORIZON_S, OUTPUT_TIMES
 from ddrive_ros.trajectory import world_to_ego
@@ -121,13 +121,21 @@ def _finish(samples: list[Sample], drops: Drops, episodes: int, seed: int, name:
     return samples
 
 
+def dagger_episode_seeds(seed: int, episodes: int, commands: tuple[str, ...] | None = None) -> list[int]:
+    """The episode seeds a collection drives: `episodes` seeds from `seed`, with `commands` only those whose
+    navigation command is one of them (`sim/sample.command_episode_seeds`, at the DAgger episode length)."""
+    return command_episode_seeds(seed, episodes, commands, EPISODE_S)
+
+
 def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
-            name: str = "planner", progress: bool = True) -> list[Sample]:
+            name: str = "planner", progress: bool = True, commands: tuple[str, ...] | None = None) -> list[Sample]:
     """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
     `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
-    from `seed`; use seeds no evaluation uses). `name` is for the log."""
-    samples, drops = collect_episodes(planner, episode_seeds(seed, episodes), plan_hz, latency_ms, progress)
-    return _finish(samples, drops, episodes, seed, name)
+    from `seed`; use seeds no evaluation uses; with `commands`, only the episodes of those navigation
+    commands among them). `name` is for the log."""
+    seeds = dagger_episode_seeds(seed, episodes, commands)
+    samples, drops = collect_episodes(planner, seeds, plan_hz, latency_ms, progress)
+    return _finish(samples, drops, len(seeds), seed, name)
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -145,7 +153,7 @@ def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float) -> tuple[li
 
 def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, seed: int, episodes: int,
                          workers: int, plan_hz: float = 5.0, latency_ms: float = 200.0, name: str = "planner",
-                         progress: bool = True) -> list[Sample]:
+                         progress: bool = True, commands: tuple[str, ...] | None = None) -> list[Sample]:
     """`collect` with the episodes spread over `workers` processes, each building its planner once as
     `make_planner(*make_args)` (a module-level function, so a spawned process can import it: the layer
     that knows checkpoints passes it in). The samples are those of the one-process `collect`, in the same
@@ -155,7 +163,7 @@ def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, 
 
     if int(workers) < 1:
         raise ValueError(f"dagger workers must be at least 1, got {workers!r}")
-    seeds = episode_seeds(seed, episodes)
+    seeds = dagger_episode_seeds(seed, episodes, commands)
     results: dict[int, tuple[list[Sample], Drops]] = {}
     with ProcessPoolExecutor(max_workers=int(workers), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(make_planner, tuple(make_args))) as pool:
@@ -170,4 +178,4 @@ def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, 
         samples += part
         drops.collided += d.collided
         drops.out_of_range += d.out_of_range
-    return _finish(samples, drops, episodes, seed, name)
+    return _finish(samples, drops, len(seeds), seed, name)

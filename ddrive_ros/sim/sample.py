@@ -38,6 +38,20 @@ def episode_seeds(seed: int, n_episodes: int) -> list[int]:
     return [int(s) for s in np.random.SeedSequence(int(seed)).generate_state(int(n_episodes), dtype=np.uint32)]
 
 
+def command_episode_seeds(seed: int, n_episodes: int, commands: tuple[str, ...] | None,
+                          duration_s: float) -> list[int]:
+    """`episode_seeds(seed, n_episodes)`, and with `commands` only those whose episode's navigation command (its
+    scenario at `duration_s`) is one of them: the same episodes an unfiltered list gives, the rest dropped before
+    they are simulated. The one filter of the training sources that take `commands` (world and DAgger)."""
+    seeds = episode_seeds(seed, n_episodes)
+    if commands is None:
+        return seeds
+    unknown = set(commands) - set(NAV_COMMANDS)
+    if unknown or not commands:
+        raise ValueError(f"commands {sorted(unknown) or list(commands)}: each must be one of {list(NAV_COMMANDS)}")
+    return [s for s in seeds if sample_scenario(s, duration_s).nav_command in commands]
+
+
 _RENDERERS: dict[tuple[int, int], Renderer] = {}
 
 
@@ -120,15 +134,10 @@ def iter_samples(seed: int, n_episodes: int, *, duration_s: float = 12.0, stride
     and only anchors at or after its drift's end are kept. With `commands`, only the episodes whose
     navigation command is one of them are simulated (the others are drawn and dropped: the kept ones are
     the same episodes an unfiltered call gives)."""
-    if commands is not None:
-        unknown = set(commands) - set(NAV_COMMANDS)
-        if unknown or not commands:
-            raise ValueError(f"commands {sorted(unknown) or list(commands)}: each must be one of {list(NAV_COMMANDS)}")
+    seeds = command_episode_seeds(seed, n_episodes, commands, duration_s)
     renderer = default_renderer(width, height)
     skipped = 0
-    for ep_seed in tqdm(episode_seeds(seed, n_episodes), desc="episodes", unit="ep", disable=not progress):
-        if commands is not None and sample_scenario(ep_seed, duration_s).nav_command not in commands:
-            continue
+    for ep_seed in tqdm(seeds, desc="episodes", unit="ep", disable=not progress):
         d = episode_drift(ep_seed, drift) if drift is not None else None
         episode = Episode(ep_seed, duration_s, drift=d)
         track = ego_track(episode)

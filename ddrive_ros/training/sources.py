@@ -26,23 +26,34 @@ def dagger_planner(checkpoint: str, decoder: str, threads: int, reflect: str = "
     return Planner(ckpt.load(checkpoint), PlannerOptions(decoder=decoder, reflect=reflect))
 
 
+def _commands(data: dict[str, Any], source: str) -> tuple[str, ...] | None:
+    """A data entry's `commands` (a list of navigation commands; the names are checked where the episodes are drawn)."""
+    commands = data.get("commands")
+    if commands is not None and (isinstance(commands, str) or not isinstance(commands, (list, tuple))):
+        raise ValueError(f"`commands` of a `source: {source}` data entry must be a list of navigation commands, "
+                         f"not {commands!r}")
+    return tuple(commands) if commands is not None else None
+
+
 def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     """`source: dagger`: the checkpoint's planner drives closed-loop episodes and the expert labels the
     states it visits (`sim/dagger.py`). Keys: checkpoint, seed, episodes; optional plan_hz, latency_ms,
     decoder, threads (torch threads of the planner: one, as on a shared CPU more OpenMP threads stall),
     workers (processes driving episodes side by side, each with its own planner: the same samples, sooner),
     reflect (off, or safety: the planner checks and repairs its plans against the road users' boxes tracked as the
-    node tracks them, and the expert labels where those repairs take it)."""
+    node tracks them, and the expert labels where those repairs take it), commands (a list of navigation commands:
+    only those episodes among the `episodes` drawn are driven, as in a world entry)."""
     from ddrive_ros.sim.dagger import collect
 
     missing = {"checkpoint", "seed", "episodes"} - set(data)
     if missing:
         raise ValueError(f"data source dagger needs {sorted(missing)}")
     unknown = set(data) - {"source", "checkpoint", "seed", "episodes", "plan_hz", "latency_ms", "decoder", "threads",
-                           "workers", "reflect"}
+                           "workers", "reflect", "commands"}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} in a `source: dagger` data entry (checkpoint, seed, episodes, "
-                         "plan_hz, latency_ms, decoder, threads, workers, reflect)")
+                         "plan_hz, latency_ms, decoder, threads, workers, reflect, commands)")
+    commands = _commands(data, "dagger")
     reflect = data.get("reflect", "off")
     if reflect not in DAGGER_REFLECT:
         raise ValueError(f"`reflect` of a `source: dagger` data entry must be one of {DAGGER_REFLECT}, not {reflect!r}")
@@ -56,11 +67,11 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
                                                      int(data.get("threads", 1)), reflect),
                                     int(data["seed"]), int(data["episodes"]), workers,
                                     plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
-                                    name=str(data["checkpoint"]))
+                                    name=str(data["checkpoint"]), commands=commands)
     planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)),
                              reflect)
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
-                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]))
+                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]), commands=commands)
 
 
 def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
@@ -80,13 +91,9 @@ def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
             raise ValueError(f"unknown keys {sorted(unknown)} in a `source: world` data entry "
                              f"(source, seed, episodes, duration_s, stride_s, drift, commands)")
         drift = DriftSpec.from_dict(data["drift"]) if "drift" in data else None
-        commands = data.get("commands")
-        if commands is not None and (isinstance(commands, str) or not isinstance(commands, (list, tuple))):
-            raise ValueError(f"`commands` of a `source: world` data entry must be a list of navigation commands, "
-                             f"not {commands!r}")
         return list(samples_from_world(int(data.get("seed", 0)), int(data.get("episodes", 40)),
                                        duration_s=float(data.get("duration_s", 12.0)), stride_s=float(data.get("stride_s", 0.5)),
-                                       drift=drift, commands=tuple(commands) if commands is not None else None))
+                                       drift=drift, commands=_commands(data, "world")))
     if source == "bags":
         out = []
         for bag in data["bags"]:
