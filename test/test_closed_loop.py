@@ -217,31 +217,43 @@ def test_dagger_in_two_processes_collects_the_same_samples_in_the_same_order(one
         load_samples(dict(entry, worker=2))
 
 
-def test_dagger_with_commands_drives_only_the_episodes_of_those_commands(one_thread):
+def test_dagger_with_commands_and_meta_labels(one_thread):
     """`commands` in a dagger entry keeps, among the `episodes` drawn from `seed`, those whose navigation command is
     listed, as a world entry does: of seed 7's first three episodes only the third changes lanes, so the entry
-    gives exactly that episode's samples. A command name that does not exist, or a bare string, is refused before
-    anything drives."""
+    gives exactly that episode's samples. With `label_meta` each sample's meta behaviour is labelled from the state
+    the planner drove into, by the world samples' rule: at the first plan that state is the expert's own (the same
+    label as the open-loop sample at that time), and later, where trajectory_only_tiny has stayed in its lane (it
+    makes no lane change), the label still says LEFT_CHANGE while the expert's own episode has long finished it
+    (STRAIGHT). Bad values are refused before anything drives."""
     from ddrive_ros.planner import Planner
     from ddrive_ros.sim.dagger import EPISODE_S, collect_episodes
+    from ddrive_ros.sim.labels import meta_behavior
     from ddrive_ros.sim.sample import episode_seeds
     from ddrive_ros.sim.scenario import sample_scenario
+    from ddrive_ros.sim.world import Episode
     from ddrive_ros.training.sources import load_samples
 
     seeds = episode_seeds(7, 3)
     commands = [sample_scenario(s, EPISODE_S).nav_command for s in seeds]
     assert commands == ["FOLLOW_LANE", "FOLLOW_LANE", "CHANGE_LANE_LEFT"]
     entry = {"source": "dagger", "checkpoint": "trajectory_only_tiny", "seed": 7, "episodes": 3,
-             "commands": ["CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT"]}
+             "commands": ["CHANGE_LANE_LEFT", "CHANGE_LANE_RIGHT"], "label_meta": True}
     kept = load_samples(entry)
     alone, _ = collect_episodes(Planner.from_checkpoint("trajectory_only_tiny"), [seeds[2]], progress=False)
     assert len(kept) == len(alone) >= 10
     for a, b in zip(kept, alone):
         assert a.t0 == b.t0 and np.array_equal(a.future_xy, b.future_xy)
-    with pytest.raises(ValueError, match="each must be one of"):
-        load_samples(dict(entry, commands=["TURN_SIDEWAYS"]))
-    with pytest.raises(ValueError, match="list of navigation commands"):
-        load_samples(dict(entry, commands="TURN_LEFT"))
+        assert a.has_labels["future_meta_behavior"] and not b.has_labels["future_meta_behavior"] and b.labels.meta is None
+    expert = Episode(seeds[2], EPISODE_S)
+    step = [int(round(s.t0 / expert.dt)) for s in kept]
+    assert kept[0].labels.meta == meta_behavior(expert, step[0])
+    assert kept[-1].labels.meta.lateral == "LEFT_CHANGE" and abs(kept[-1].future_xy[-1, 1]) > 2.0
+    assert meta_behavior(expert, step[-1]).lateral == "STRAIGHT"
+    for bad, match in ((dict(commands=["TURN_SIDEWAYS"]), "each must be one of"),
+                       (dict(commands="TURN_LEFT"), "list of navigation commands"),
+                       (dict(label_meta="yes"), "label_meta")):
+        with pytest.raises(ValueError, match=match):
+            load_samples(dict(entry, **bad))
 
 
 def test_dagger_with_safety_reflection_labels_where_the_nodes_repairs_take_the_ego(one_thread):

@@ -9,9 +9,11 @@ too close, too slow), with the expert's way back.
 
     samples = collect(Planner.from_checkpoint("trajectory_only_tiny"), seed=5, episodes=60)
 
-Only the trajectory is labelled (the meta behaviour, critical objects and explanation are
-`has_labels = False`: their labelling reads the precomputed episode, not a fork). A fork whose expert
-future collides, leaves the road or the trajectory range is dropped and counted.
+The trajectory is labelled; with `label_meta` the meta behaviour is too, by the same rule the world's samples use
+(`sim/labels.meta_behavior`, read from the fork: the expert's speed and heading 5 s on from the visited state, and
+the route's manoeuvre). The critical objects and explanation stay `has_labels = False` (their labelling reads the
+road users' precomputed futures). A fork whose expert future collides, leaves the road or the trajectory range is
+dropped and counted.
 Training reads these through `data: {source: dagger, ...}` (`training/sources.py`).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ddrive_ros.sim.closed_loop import ClosedLoopWorld
 from ddrive_ros.sim.closed_loop_run import LoopOptions, run_episode
 from ddrive_ros.sim.drivers import ModelDriver
 from ddrive_ros.sim.fork_score import expert_ahead
+from ddrive_ros.sim.labels import meta_behavior
 from ddrive_ros.sim.safety_context import TrackedBoxes
 from ddrive_ros.sim.sample import command_episode_seeds
 from ddrive_ros.sim.world import SIM_DT
@@ -50,9 +53,10 @@ class Drops:
 class LabellingDriver(ModelDriver):
     """The learned planner, plus the expert's label of every observation it plans on."""
 
-    def __init__(self, *args, driven_until_s: float, **kwargs) -> None:
+    def __init__(self, *args, driven_until_s: float, label_meta: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.driven_until_s = driven_until_s
+        self.label_meta = label_meta
         self.samples: list[Sample] = []
         self.drops = Drops()
 
@@ -79,20 +83,23 @@ class LabellingDriver(ModelDriver):
             return
         times = label_waypoint_times()
         keep = np.searchsorted(OUTPUT_TIMES, times - 1e-9)
-        labels = Plan(schema=LABEL_SCHEMA, waypoints=future[keep].copy(), waypoint_times=times, stamp=t)
+        meta = meta_behavior(f, k) if self.label_meta else None
+        labels = Plan(schema=LABEL_SCHEMA, waypoints=future[keep].copy(), waypoint_times=times, meta=meta, stamp=t)
         has = dict.fromkeys(label_sections(), False)
         has["trajectory"] = True
+        has["future_meta_behavior"] = self.label_meta
         self.samples.append(Sample(observation=self.observation(t), future_xy=future, future_times=OUTPUT_TIMES.copy(),
                                    labels=labels, has_labels=has, episode_seed=-1, t0=t, source="dagger"))
 
 
 def collect_episodes(planner, ep_seeds: list[int], plan_hz: float = 5.0, latency_ms: float = 200.0,
-                     progress: bool = True) -> tuple[list[Sample], Drops]:
+                     progress: bool = True, label_meta: bool = False) -> tuple[list[Sample], Drops]:
     """The labelled samples and drops of `planner` driving the given episode seeds, in their order. Each
     episode starts from `restart_sampling()`, so an episode's samples do not depend on what ran before it.
     A planner with safety reflection on (`options.reflect` safety or both) gets the road users as the node gets them
     (`sim/safety_context.TrackedBoxes`): its repairs take the ego to states the expert never drives into (braked for
-    a road user and slow), which the expert then labels with its way back."""
+    a road user and slow), which the expert then labels with its way back. `label_meta`: the meta behaviour is
+    labelled too."""
     tracked_boxes = getattr(getattr(planner, "options", None), "reflect", "off") in ("safety", "both")
     opts = LoopOptions(duration_s=EPISODE_S, plan_hz=plan_hz, latency_ms=latency_ms)
     driven_until = EPISODE_S - FUTURE_HORIZON_S
@@ -100,7 +107,7 @@ def collect_episodes(planner, ep_seeds: list[int], plan_hz: float = 5.0, latency
     drops = Drops()
     for ep_seed in tqdm(ep_seeds, desc="dagger episodes", unit="ep", disable=not progress):
         driver = LabellingDriver(planner, planner.restart_sampling, TrackedBoxes() if tracked_boxes else None,
-                                 driven_until_s=driven_until)
+                                 driven_until_s=driven_until, label_meta=label_meta)
 
         def factory(world: ClosedLoopWorld, d: LabellingDriver = driver) -> LabellingDriver:
             return d.bind(world)
@@ -128,13 +135,14 @@ def dagger_episode_seeds(seed: int, episodes: int, commands: tuple[str, ...] | N
 
 
 def collect(planner, seed: int, episodes: int, plan_hz: float = 5.0, latency_ms: float = 200.0,
-            name: str = "planner", progress: bool = True, commands: tuple[str, ...] | None = None) -> list[Sample]:
+            name: str = "planner", progress: bool = True, commands: tuple[str, ...] | None = None,
+            label_meta: bool = False) -> list[Sample]:
     """Expert-labelled samples of the states `planner` (anything with `plan(Observation)` and
     `restart_sampling()`, e.g. a `Planner`) visits in `episodes` closed-loop episodes (episode seeds
     from `seed`; use seeds no evaluation uses; with `commands`, only the episodes of those navigation
-    commands among them). `name` is for the log."""
+    commands among them; with `label_meta`, the meta behaviour labelled too). `name` is for the log."""
     seeds = dagger_episode_seeds(seed, episodes, commands)
-    samples, drops = collect_episodes(planner, seeds, plan_hz, latency_ms, progress)
+    samples, drops = collect_episodes(planner, seeds, plan_hz, latency_ms, progress, label_meta)
     return _finish(samples, drops, len(seeds), seed, name)
 
 
@@ -147,13 +155,14 @@ def _init_worker(make_planner: Callable[..., object], make_args: tuple) -> None:
     _WORKER_PLANNER = make_planner(*make_args)
 
 
-def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float) -> tuple[list[Sample], Drops]:
-    return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False)
+def _worker_episode(ep_seed: int, plan_hz: float, latency_ms: float, label_meta: bool) -> tuple[list[Sample], Drops]:
+    return collect_episodes(_WORKER_PLANNER, [ep_seed], plan_hz, latency_ms, progress=False, label_meta=label_meta)
 
 
 def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, seed: int, episodes: int,
                          workers: int, plan_hz: float = 5.0, latency_ms: float = 200.0, name: str = "planner",
-                         progress: bool = True, commands: tuple[str, ...] | None = None) -> list[Sample]:
+                         progress: bool = True, commands: tuple[str, ...] | None = None,
+                         label_meta: bool = False) -> list[Sample]:
     """`collect` with the episodes spread over `workers` processes, each building its planner once as
     `make_planner(*make_args)` (a module-level function, so a spawned process can import it: the layer
     that knows checkpoints passes it in). The samples are those of the one-process `collect`, in the same
@@ -167,7 +176,7 @@ def collect_in_processes(make_planner: Callable[..., object], make_args: tuple, 
     results: dict[int, tuple[list[Sample], Drops]] = {}
     with ProcessPoolExecutor(max_workers=int(workers), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_init_worker, initargs=(make_planner, tuple(make_args))) as pool:
-        futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms): i for i, s in enumerate(seeds)}
+        futures = {pool.submit(_worker_episode, s, plan_hz, latency_ms, label_meta): i for i, s in enumerate(seeds)}
         for fut in tqdm(as_completed(futures), total=len(futures), desc=f"dagger episodes ({workers} processes)",
                         unit="ep", disable=not progress):
             results[futures[fut]] = fut.result()

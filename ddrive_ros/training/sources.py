@@ -42,18 +42,23 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
     workers (processes driving episodes side by side, each with its own planner: the same samples, sooner),
     reflect (off, or safety: the planner checks and repairs its plans against the road users' boxes tracked as the
     node tracks them, and the expert labels where those repairs take it), commands (a list of navigation commands:
-    only those episodes among the `episodes` drawn are driven, as in a world entry)."""
+    only those episodes among the `episodes` drawn are driven, as in a world entry), label_meta (true: the expert's
+    meta behaviour from each visited state is labelled too, by the world samples' rule; default false, the
+    trajectory only)."""
     from ddrive_ros.sim.dagger import collect
 
     missing = {"checkpoint", "seed", "episodes"} - set(data)
     if missing:
         raise ValueError(f"data source dagger needs {sorted(missing)}")
     unknown = set(data) - {"source", "checkpoint", "seed", "episodes", "plan_hz", "latency_ms", "decoder", "threads",
-                           "workers", "reflect", "commands"}
+                           "workers", "reflect", "commands", "label_meta"}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} in a `source: dagger` data entry (checkpoint, seed, episodes, "
-                         "plan_hz, latency_ms, decoder, threads, workers, reflect, commands)")
+                         "plan_hz, latency_ms, decoder, threads, workers, reflect, commands, label_meta)")
     commands = _commands(data, "dagger")
+    label_meta = data.get("label_meta", False)
+    if not isinstance(label_meta, bool):
+        raise ValueError(f"`label_meta` of a `source: dagger` data entry must be true or false, not {label_meta!r}")
     reflect = data.get("reflect", "off")
     if reflect not in DAGGER_REFLECT:
         raise ValueError(f"`reflect` of a `source: dagger` data entry must be one of {DAGGER_REFLECT}, not {reflect!r}")
@@ -67,11 +72,13 @@ def dagger_samples(data: dict[str, Any]) -> list[Sample]:
                                                      int(data.get("threads", 1)), reflect),
                                     int(data["seed"]), int(data["episodes"]), workers,
                                     plan_hz=float(data.get("plan_hz", 5.0)), latency_ms=float(data.get("latency_ms", 200.0)),
-                                    name=str(data["checkpoint"]), commands=commands)
+                                    name=str(data["checkpoint"]), commands=commands,
+                                    label_meta=label_meta)
     planner = dagger_planner(str(data["checkpoint"]), str(data.get("decoder", "speculative")), int(data.get("threads", 1)),
                              reflect)
     return collect(planner, int(data["seed"]), int(data["episodes"]), plan_hz=float(data.get("plan_hz", 5.0)),
-                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]), commands=commands)
+                   latency_ms=float(data.get("latency_ms", 200.0)), name=str(data["checkpoint"]), commands=commands,
+                   label_meta=label_meta)
 
 
 def load_samples(data: dict[str, Any] | list[dict[str, Any]]) -> list[Sample]:
